@@ -1,0 +1,233 @@
+"""Runs inside the student's kernel (untrusted): answers the worker's requests about the namespace.
+
+Nothing here is trusted.  A student can replace any of it; the trusted side validates every
+value it receives and gains nothing a student could not also get by writing the function.
+Requests arrive as frame files in the scratch directory; responses are written beside them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from typing import Any
+
+from grader import protocol
+
+_USER_NS: dict[str, Any] | None = None
+
+
+def _ns() -> dict[str, Any]:
+    global _USER_NS
+    if _USER_NS is None:
+        from IPython import get_ipython
+
+        ip = get_ipython()
+        _USER_NS = ip.user_ns if ip is not None else sys.modules["__main__"].__dict__
+    return _USER_NS
+
+
+def _student_location(tb: Any) -> dict[str, Any] | None:
+    """The innermost traceback frame in notebook code: execution count, line number and text."""
+    try:
+        from IPython import get_ipython
+
+        fmap = get_ipython().compile._filename_map  # filename -> execution count
+    except Exception:  # noqa: BLE001 - not in IPython, or IPython internals changed
+        fmap = {}
+    import linecache
+
+    found = None
+    for frame, lineno in traceback.walk_tb(tb):
+        fname = frame.f_code.co_filename
+        if fname in fmap or fname.startswith("<ipython-input-"):
+            text = linecache.getline(fname, lineno).strip()
+            found = {"exec_count": fmap.get(fname), "lineno": lineno, "text": text[:300],
+                     "function": frame.f_code.co_name}
+    return found
+
+
+def _error(exc: BaseException) -> dict[str, Any]:
+    return {
+        "ename": type(exc).__name__,
+        "evalue": str(exc)[:4000],
+        "location": _student_location(exc.__traceback__),
+    }
+
+
+class _Missing(Exception):
+    """The notebook does not define the requested name."""
+
+
+def _lookup(name: str) -> Any:
+    ns = _ns()
+    if name not in ns:
+        raise _Missing(name)
+    return ns[name]
+
+
+def _to_key_if_needed(value: Any) -> Any:
+    """Turn typed-key placeholders back into JAX keys (and nested containers)."""
+    if isinstance(value, protocol.PRNGKeyData):
+        import jax
+
+        return jax.random.wrap_key_data(value.data, impl=value.impl)
+    if type(value) is list:
+        return [_to_key_if_needed(v) for v in value]
+    if type(value) is tuple:
+        return tuple(_to_key_if_needed(v) for v in value)
+    if type(value) is dict:
+        return {k: _to_key_if_needed(v) for k, v in value.items()}
+    return value
+
+
+def _snapshot(args: Any) -> list[Any]:
+    import numpy as np
+
+    out = []
+    for a in args:
+        out.append(np.array(a, copy=True) if isinstance(a, np.ndarray) else None)
+    return out
+
+
+def _mutated(args: Any, snaps: list[Any]) -> list[int]:
+    import numpy as np
+
+    changed = []
+    for i, (a, s) in enumerate(zip(args, snaps)):
+        if s is not None and not np.array_equal(a, s, equal_nan=s.dtype.kind in "fc"):
+            changed.append(i)
+    return changed
+
+
+class _VmapWatch:
+    """Notices a vmap (a batching trace) while the student's function runs."""
+
+    def __init__(self) -> None:
+        self.used = False
+        self._orig = None
+
+    def __enter__(self) -> _VmapWatch:
+        try:
+            from jax._src.interpreters import batching
+
+            cls = batching.BatchTrace
+            orig = cls.__init__
+            watch = self
+
+            def patched(obj: Any, *a: Any, **k: Any) -> None:
+                watch.used = True
+                orig(obj, *a, **k)
+
+            cls.__init__ = patched
+            self._orig = (cls, orig)
+        except Exception:  # noqa: BLE001 - JAX internals moved: the watch reports nothing
+            self._orig = None
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._orig is not None:
+            cls, orig = self._orig
+            cls.__init__ = orig
+
+
+def _op_probe(req: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    ns = _ns()
+    info = {}
+    for name in req.get("names", []):
+        if name not in ns:
+            info[name] = {"exists": False}
+            continue
+        obj = ns[name]
+        info[name] = {
+            "exists": True,
+            "callable": callable(obj),
+            "type": f"{type(obj).__module__}.{type(obj).__qualname__}"[:200],
+            "jitted": bool(callable(obj) and hasattr(obj, "lower") and hasattr(obj, "trace")),
+        }
+    return {"ok": True, "info": info}, {}
+
+
+def _op_call(req: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    fn = _lookup(req["name"])
+    args = list(values.get("args", ()))
+    kwargs = dict(values.get("kwargs", {}))
+    if req.get("readonly"):
+        for a in args:
+            if hasattr(a, "flags"):
+                a.flags.writeable = False
+    args = [_to_key_if_needed(a) for a in args]
+    kwargs = {k: _to_key_if_needed(v) for k, v in kwargs.items()}
+    repeat = max(1, min(int(req.get("repeat", 1)), 8))
+    results = []
+    snaps = _snapshot(args)
+    elapsed = []
+    with _VmapWatch() as watch:
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            out = fn(*args, **kwargs)
+            try:  # wait for asynchronous dispatch so timing and errors belong to this call
+                import jax
+
+                out = jax.block_until_ready(out)
+            except Exception:  # noqa: BLE001 - not a pytree of arrays: sent as is
+                pass
+            elapsed.append(time.perf_counter() - t0)
+            results.append(out)
+    head = {"ok": True, "mutated": _mutated(args, snaps), "vmap_used": watch.used, "elapsed": elapsed}
+    return head, {f"result{i}": r for i, r in enumerate(results)}
+
+
+def _op_export(req: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    import jax
+    import numpy as np
+    from jax import export
+
+    fn = _lookup(req["name"])
+    specs = []
+    scope = export.SymbolicScope()
+    for shape, dtype in req["specs"]:
+        dims = export.symbolic_shape(shape, scope=scope) if shape else ()
+        specs.append(jax.ShapeDtypeStruct(dims, np.dtype(dtype)))
+    static = dict(values.get("static", {}))
+    target = fn if hasattr(fn, "lower") and not static else jax.jit(fn, static_argnames=tuple(static) or None)
+    with _VmapWatch() as watch:
+        if static:
+            exp = export.export(target)(*specs, **static)
+        else:
+            exp = export.export(target)(*specs)
+    blob = exp.serialize()
+    return {"ok": True, "vmap_used": watch.used}, {"module": np.frombuffer(bytes(blob), dtype=np.uint8)}
+
+
+_OPS = {"probe": _op_probe, "call": _op_call, "export": _op_export}
+
+
+def serve(req_path: str, resp_path: str) -> None:
+    """Answer one request file; always writes a response frame."""
+    with open(req_path, "rb") as f:
+        rfd = f.fileno()
+        header, payload = protocol.read_frame(rfd)
+    try:
+        values = protocol.unpack_values(header, payload) if "values" in header else {}
+        op = _OPS[header["op"]]
+        resp, out_values = op(header, values)
+    except _Missing as exc:
+        resp, out_values = {"ok": False, "missing": str(exc.args[0])}, {}
+    except BaseException as exc:  # noqa: BLE001 - student errors are data
+        resp, out_values = {"ok": False, "error": _error(exc)}, {}
+    try:
+        frag, blob = protocol.pack_values(out_values)
+    except (TypeError, ValueError) as exc:
+        resp, blob = {"ok": False, "unsendable": str(exc)[:1000]}, b""
+        frag = {}
+    resp.update(frag)
+    resp["id"] = header.get("id")
+    tmp = resp_path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        protocol.write_frame(fd, resp, blob)
+    finally:
+        os.close(fd)
+    os.replace(tmp, resp_path)

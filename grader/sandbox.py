@@ -1,0 +1,352 @@
+"""Starting untrusted processes: bubblewrap when it works here, a limited subprocess otherwise.
+
+A sandbox sees a read-only system (``/usr`` and the Python installation), the grader package
+at ``/opt/jaxgrade``, and one writable directory, its scratch (``/sandbox``): nothing of
+``reference/``, the hidden tests, the output directory or other submissions.  It has no network,
+its own PID namespace (so killing it ends its whole process tree), a separate uid (the host's
+``nobody`` when the grader runs as root), ``--die-with-parent``, and rlimits set by the worker
+before it reads any input.  Without bwrap the same limits apply to a plain subprocess in its own
+session, and :func:`isolation_warning` says what is lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+from grader import protocol
+
+log = logging.getLogger(__name__)
+
+Isolation = Literal["bwrap", "process"]
+NOBODY = 65534
+SANDBOX_ROOT = "/sandbox"
+GRADER_MOUNT = "/opt/jaxgrade"
+GiB = 1024**3
+MiB = 1024**2
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits for one submission's sandbox."""
+
+    memory_bytes: int = 8 * GiB  # RLIMIT_AS; XLA aborts below about 2 GiB
+    max_processes: int = 256  # RLIMIT_NPROC (threads count); XLA needs about 64
+    max_file_bytes: int = 64 * MiB  # RLIMIT_FSIZE
+    cpu_seconds: int = 1200  # RLIMIT_CPU, summed over threads
+    max_open_files: int = 1024
+    cell_timeout: float = 60.0
+    call_timeout: float = 60.0
+    wall_timeout: float = 900.0  # whole submission, notebook and tests
+    output_cap: int = 20_000  # characters of printed output kept per cell
+    max_restarts: int = 3
+
+    def worker_args(self) -> list[str]:
+        return [
+            f"--as-bytes={self.memory_bytes}",
+            f"--fsize={self.max_file_bytes}",
+            f"--cpu={self.cpu_seconds}",
+            f"--nproc={self.max_processes}",
+            f"--nofile={self.max_open_files}",
+        ]
+
+
+@lru_cache(maxsize=1)
+def bwrap_status() -> tuple[str | None, str]:
+    """(path to a working bwrap or None, why not)."""
+    path = shutil.which("bwrap")
+    if path is None:
+        return None, "bubblewrap (bwrap) is not installed"
+    try:
+        probe = subprocess.run(
+            [path, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "true"],
+            capture_output=True,
+            timeout=20,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"bwrap could not start: {exc}"
+    if probe.returncode != 0:
+        return None, f"bwrap does not work here: {probe.stderr.decode(errors='replace').strip()[:300]}"
+    return path, ""
+
+
+def isolation_warning(isolation: Isolation) -> str | None:
+    if isolation == "bwrap":
+        return None
+    _, why = bwrap_status()
+    return (
+        f"WARNING: isolation is reduced ({why}). Student code runs as a plain subprocess with "
+        "resource limits but can read files this user can read and use the network. "
+        "Install bubblewrap (apt-get install bubblewrap) before grading a class."
+    )
+
+
+def choose_isolation(requested: str = "auto") -> Isolation:
+    if requested == "process":
+        return "process"
+    path, why = bwrap_status()
+    if path is None:
+        if requested == "bwrap":
+            raise RuntimeError(f"--isolation bwrap was requested but {why}")
+        return "process"
+    return "bwrap"
+
+
+def _runs_as_root() -> bool:
+    return os.geteuid() == 0 and shutil.which("setpriv") is not None
+
+
+def _python_roots() -> list[str]:
+    roots = {os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix), os.path.realpath(sys.exec_prefix)}
+    exe = os.path.realpath(sys.executable)
+    roots.add(os.path.dirname(os.path.dirname(exe)))
+    # site-packages outside the prefixes (user site, PYTHONPATH installs)
+    import site
+
+    for p in [*site.getsitepackages(), site.getusersitepackages()]:
+        rp = os.path.realpath(p)
+        if os.path.isdir(rp) and not any(rp.startswith(r + os.sep) for r in roots):
+            roots.add(rp)
+    # keep only the outermost, and never a system directory we bind anyway
+    ordered = sorted(roots, key=len)
+    out: list[str] = []
+    for r in ordered:
+        if r in ("/", "/usr") or any(r == o or r.startswith(o + os.sep) for o in out):
+            continue
+        out.append(r)
+    return out
+
+
+def grader_package_dir() -> str:
+    return os.path.dirname(os.path.abspath(__file__))
+
+
+def sandbox_env(isolation: Isolation, scratch: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    home = SANDBOX_ROOT if isolation == "bwrap" else scratch
+    pythonpath = GRADER_MOUNT if isolation == "bwrap" else os.path.dirname(grader_package_dir())
+    bindir = os.path.dirname(sys.executable)
+    env = {
+        "HOME": home,
+        "PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin",
+        "PYTHONPATH": pythonpath,
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONNOUSERSITE": "1",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "MPLBACKEND": "Agg",
+        "MPLCONFIGDIR": f"{home}/.config/matplotlib",
+        "IPYTHONDIR": f"{home}/.ipython",
+        "JUPYTER_RUNTIME_DIR": f"{home}/.jaxgrade/runtime",
+        "JUPYTER_DATA_DIR": f"{home}/.jaxgrade/data",
+        "JUPYTER_PLATFORM_DIRS": "1",
+        "PIP_NO_INDEX": "1",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "TMPDIR": f"{home}/.jaxgrade/tmp",
+    }
+    if extra:
+        env.update(extra)
+    return env
+
+
+class SandboxProcess:
+    """One untrusted process (a worker or an evaluator) and the framed pipes to it."""
+
+    def __init__(
+        self,
+        module: str,
+        scratch: Path,
+        limits: Limits,
+        isolation: Isolation,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.module = module
+        self.scratch = Path(scratch)
+        self.limits = limits
+        self.isolation = isolation
+        self.extra_env = env or {}
+        self.marker = uuid.uuid4().hex
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._fds: list[int] = []
+
+    # -- lifecycle
+    def start(self) -> None:
+        for sub in ("runtime", "tmp"):
+            (self.scratch / ".jaxgrade" / sub).mkdir(parents=True, exist_ok=True)
+        if _runs_as_root() and self.isolation == "bwrap":  # the sandbox runs as nobody
+            for dirpath, dirnames, filenames in os.walk(self.scratch):
+                os.chown(dirpath, NOBODY, NOBODY)
+                for f in filenames:
+                    os.chown(os.path.join(dirpath, f), NOBODY, NOBODY)
+        inner_scratch = SANDBOX_ROOT if self.isolation == "bwrap" else str(self.scratch)
+        env = sandbox_env(self.isolation, str(self.scratch), self.extra_env)
+        env["JAXGRADE_SANDBOX"] = self.marker
+        cmd = [sys.executable, "-s", "-m", self.module, f"--scratch={inner_scratch}", *self.limits.worker_args()]
+        kwargs: dict[str, Any] = {}
+        if self.isolation == "bwrap":
+            cmd = self._bwrap_prefix(env) + cmd
+            kwargs["pass_fds"] = tuple(self._fds)
+            popen_env: dict[str, str] | None = {"PATH": "/usr/bin:/bin"}
+            cwd = "/"
+        else:
+            popen_env = env
+            cwd = str(self.scratch)
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=open(self.scratch / ".jaxgrade" / "sandbox.log", "ab"),
+            cwd=cwd,
+            env=popen_env,
+            start_new_session=True,
+            close_fds=True,
+            **kwargs,
+        )
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
+
+    def _bwrap_prefix(self, env: dict[str, str]) -> list[str]:
+        """bwrap arguments; as root: no user namespace, then setpriv to the host's nobody."""
+        bwrap, _ = bwrap_status()
+        assert bwrap is not None
+        as_root = _runs_as_root()
+        args = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+        if as_root:
+            # capabilities are all cleared when setpriv switches to nobody
+            args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_DAC_OVERRIDE"]
+        else:
+            args += ["--unshare-user", "--disable-userns", "--uid", "1000", "--gid", "1000"]
+        args += ["--die-with-parent", "--new-session", "--hostname", "sandbox", "--ro-bind", "/usr", "/usr"]
+        for link in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+            if os.path.islink(link):
+                args += ["--symlink", os.readlink(link), link]
+            elif os.path.isdir(link):
+                args += ["--ro-bind", link, link]
+        for f in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/hosts", "/etc/nsswitch.conf"):
+            if os.path.exists(f):
+                args += ["--ro-bind", f, f]
+        if os.path.isdir("/etc/ld.so.conf.d"):
+            args += ["--ro-bind", "/etc/ld.so.conf.d", "/etc/ld.so.conf.d"]
+        uid = NOBODY if as_root else 1000
+        args += ["--file", str(self._data_fd(f"student:x:{uid}:{uid}:student:/sandbox:/bin/sh\n")), "/etc/passwd"]
+        made: set[str] = {"/", "/usr", "/tmp", "/etc"}
+        binds = [(r, r) for r in _python_roots() if not r.startswith("/usr/")]
+        binds.append((grader_package_dir(), f"{GRADER_MOUNT}/grader"))
+        for src, dest in binds:
+            args += _parents(dest, made)
+            args += ["--ro-bind", src, dest]
+        args += ["--bind", str(self.scratch), SANDBOX_ROOT]
+        args += ["--bind", str(self.scratch / ".jaxgrade" / "tmp"), "/tmp"]
+        args += ["--proc", "/proc", "--dev", "/dev", "--chdir", SANDBOX_ROOT, "--clearenv"]
+        for k, v in env.items():
+            args += ["--setenv", k, v]
+        if as_root:
+            args += ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+                     "--bounding-set=-all", "--inh-caps=-all", "--"]
+        return args
+
+    def _data_fd(self, text: str) -> int:
+        r, w = os.pipe()
+        os.write(w, text.encode())
+        os.close(w)
+        self._fds.append(r)
+        return r
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """End the sandbox and every process in it."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.kill()
+        except ProcessLookupError:
+            pass
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                if stream:
+                    stream.close()
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not fail
+            log.error("sandbox process %s did not exit after SIGKILL", self.proc.pid)
+        if self.isolation == "process":
+            sweep_marker(self.marker)
+
+    # -- framed I/O
+    def send(self, header: dict[str, Any], payload: bytes = b"") -> None:
+        assert self.proc is not None and self.proc.stdin is not None
+        try:
+            protocol.write_frame(self.proc.stdin.fileno(), header, payload)
+        except (BrokenPipeError, OSError) as exc:
+            raise protocol.ChannelClosed(f"the sandbox is gone ({exc})") from None
+
+    def recv(self, timeout: float, max_payload: int = protocol.MAX_PAYLOAD_BYTES) -> tuple[dict[str, Any], bytes]:
+        assert self.proc is not None and self.proc.stdout is not None
+        return protocol.read_frame(
+            self.proc.stdout.fileno(), deadline=time.monotonic() + timeout, max_payload=max_payload
+        )
+
+
+def sweep_marker(marker: str) -> int:
+    """Kill leftover processes that carry a sandbox's environment marker (fallback mode)."""
+    killed = 0
+    needle = f"JAXGRADE_SANDBOX={marker}".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if needle in f.read():
+                    os.kill(int(entry), signal.SIGKILL)
+                    killed += 1
+        except (OSError, ProcessLookupError):
+            continue
+    return killed
+
+
+def _parents(dest: str, made: set[str]) -> list[str]:
+    """``--dir`` arguments for the missing ancestors of a mount point, world-traversable."""
+    out: list[str] = []
+    parts = Path(dest).parent.parts
+    for i in range(2, len(parts) + 1):
+        d = str(Path(*parts[:i]))
+        if d not in made:
+            made.add(d)
+            out += ["--perms", "0755", "--dir", d]
+    return out
+
+
+def make_scratch(prefix: str = "jaxgrade-") -> Path:
+    """A fresh scratch directory outside the repository and the output directory."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    os.chmod(path, 0o700)
+    return path

@@ -1,0 +1,454 @@
+"""The trusted side's handle on one submission: its sandboxed worker and its evaluator.
+
+Everything that comes back from the sandbox goes through :func:`grader.protocol.unpack_values`
+and is treated as data.  Failures attributable to the submission surface as
+:class:`SubmissionError` subclasses carrying a message and a hint for the student.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from grader import protocol
+from grader.sandbox import Isolation, Limits, SandboxProcess, make_scratch
+
+log = logging.getLogger(__name__)
+
+NOTEBOOK_NAME = "submission.ipynb"
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where in the notebook something happened (cell index from 0, line from 1)."""
+
+    cell: int | None
+    lineno: int | None
+    text: str = ""
+
+    def describe(self) -> str:
+        where = []
+        if self.cell is not None:
+            where.append(f"cell {self.cell + 1}")
+        if self.lineno is not None:
+            where.append(f"line {self.lineno}")
+        s = ", ".join(where)
+        if self.text:
+            s += f": `{self.text}`" if s else f"`{self.text}`"
+        return s
+
+
+class SubmissionError(Exception):
+    """A test could not get what it needed from the submission; the message is for the student."""
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.message, self.hint))
+
+
+class MissingName(SubmissionError):
+    def __init__(self, name: str, hint: str = "") -> None:
+        super().__init__(
+            f"`{name}` is not defined in the notebook",
+            hint or f"Define `{name}` with exactly this name, and make sure its cell runs without an error.",
+        )
+        self.name = name
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.name, self.hint))
+
+
+class StudentRaised(SubmissionError):
+    """The student's code raised; carries the JAX error class and the student's line."""
+
+    def __init__(self, name: str, ename: str, evalue: str, location: Location | None, hint: str = "") -> None:
+        where = f" at {location.describe()}" if location and location.describe() else ""
+        super().__init__(f"`{name}` raised {ename}{where}: {_first_line(evalue)}", hint)
+        self.name, self.ename, self.evalue, self.location = name, ename, evalue, location
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.name, self.ename, self.evalue, self.location, self.hint))
+
+
+class CallTimedOut(SubmissionError):
+    pass
+
+
+class SandboxLost(SubmissionError):
+    pass
+
+
+class BadValue(SubmissionError):
+    """The sandbox sent something that is not acceptable data."""
+
+
+def _first_line(text: str, limit: int = 400) -> str:
+    lines = [ln for ln in str(text).strip().splitlines() if ln.strip()]
+    first = lines[0] if lines else ""
+    return first[:limit] + ("…" if len(first) > limit else "")
+
+
+@dataclass
+class CellRecord:
+    index: int
+    status: str  # ok | error | timeout | killed | died | skipped
+    ename: str = ""
+    evalue: str = ""
+    location: Location | None = None
+    message: str = ""
+    duration: float | None = None
+    output: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"index": self.index, "status": self.status}
+        for key in ("ename", "evalue", "message", "output"):
+            if getattr(self, key):
+                d[key] = getattr(self, key)
+        if self.duration is not None:
+            d["duration"] = self.duration
+        if self.location is not None:
+            d["line"] = self.location.lineno
+            d["source"] = self.location.text
+        return d
+
+
+@dataclass
+class ExecutionReport:
+    ok: bool
+    cells: list[CellRecord] = field(default_factory=list)
+    restarts: int = 0
+    duration: float = 0.0
+    startup: float = 0.0
+    message: str = ""
+
+    def problems(self) -> list[CellRecord]:
+        return [c for c in self.cells if c.status != "ok"]
+
+
+@dataclass(frozen=True)
+class CallResult:
+    values: list[Any]
+    mutated: tuple[int, ...]
+    vmap_used: bool
+    elapsed: tuple[float, ...]
+
+    @property
+    def value(self) -> Any:
+        return self.values[0]
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    module: bytes
+    vmap_used: bool
+
+
+def _location(raw: Any, exec_map: dict[int, int] | None = None) -> Location | None:
+    if not isinstance(raw, dict):
+        return None
+    cell = raw.get("cell")
+    if cell is None and exec_map is not None and isinstance(raw.get("exec_count"), int):
+        cell = exec_map.get(raw["exec_count"])
+    lineno = raw.get("lineno")
+    return Location(
+        cell if isinstance(cell, int) else None,
+        lineno if isinstance(lineno, int) else None,
+        str(raw.get("text", ""))[:300],
+    )
+
+
+def _cell_from(raw: Any) -> CellRecord:
+    if not isinstance(raw, dict) or not isinstance(raw.get("index"), int):
+        raise protocol.ProtocolError("bad cell record")
+    loc = raw.get("location")
+    return CellRecord(
+        index=raw["index"],
+        status=str(raw.get("status", "error"))[:20],
+        ename=str(raw.get("ename", ""))[:200],
+        evalue=str(raw.get("evalue", ""))[:2000],
+        location=_location(loc) if loc else None,
+        message=str(raw.get("message", ""))[:1000],
+        duration=float(raw["duration"]) if isinstance(raw.get("duration"), (int, float)) else None,
+        output=str(raw.get("output", ""))[:20000],
+    )
+
+
+class Session:
+    """One submission's sandbox: execute the notebook, then answer the tests' requests."""
+
+    def __init__(
+        self,
+        notebook_json: str,
+        *,
+        limits: Limits | None = None,
+        isolation: Isolation = "bwrap",
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.notebook_json = notebook_json
+        self.limits = limits or Limits()
+        self.isolation = isolation
+        self.env = env or {}
+        self.scratch: Path | None = None
+        self.eval_scratch: Path | None = None
+        self.worker: SandboxProcess | None = None
+        self.evaluator: SandboxProcess | None = None
+        self.deadline = float("inf")
+        self.report: ExecutionReport | None = None
+        self.exec_map: dict[int, int] = {}
+        self._lost: str | None = None
+        self._next_id = 0
+        self.timings: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def start(self) -> None:
+        self.deadline = time.monotonic() + self.limits.wall_timeout
+        self.scratch = make_scratch("jaxgrade-sub-")
+        (self.scratch / NOTEBOOK_NAME).write_text(self.notebook_json, encoding="utf-8")
+        self.worker = SandboxProcess("grader.worker", self.scratch, self.limits, self.isolation, self.env)
+        self.worker.start()
+        self.worker.send(
+            {
+                "op": "start",
+                "cell_timeout": self.limits.cell_timeout,
+                "output_cap": self.limits.output_cap,
+                "max_restarts": self.limits.max_restarts,
+            }
+        )
+
+    def execute(self) -> ExecutionReport:
+        """Wait for the kernel, execute every cell, and return what happened."""
+        if self.worker is None:
+            self.start()
+        assert self.worker is not None
+        t0 = time.monotonic()
+        try:
+            ready, _ = self.worker.recv(self._remaining(180.0))
+            if not ready.get("ok"):
+                self.report = ExecutionReport(False, message=str(ready.get("error", "kernel failed"))[:2000])
+                return self.report
+            startup = time.monotonic() - t0
+            self.worker.send({"op": "execute", "notebook": NOTEBOOK_NAME})
+            done, _ = self.worker.recv(self._remaining(self.limits.wall_timeout))
+            cells = [_cell_from(c) for c in done.get("cells", [])][:10_000]
+            self.exec_map = _exec_map(done.get("exec_map"))
+            self.report = ExecutionReport(
+                ok=True,
+                cells=cells,
+                restarts=int(done.get("restarts", 0)) if isinstance(done.get("restarts"), int) else 0,
+                duration=time.monotonic() - t0 - startup,
+                startup=startup,
+            )
+            if not done.get("alive", True):
+                self._lost = "the kernel could not be restarted after it died"
+        except protocol.ChannelTimeout:
+            self._lose(f"the notebook did not finish within the {self.limits.wall_timeout:g}s limit for a submission")
+            self.report = ExecutionReport(False, message=self._lost or "")
+        except protocol.ProtocolError as exc:
+            self._lose(f"the sandbox stopped while running the notebook ({exc})")
+            self.report = ExecutionReport(False, message=self._lost or "")
+        self.timings["execute"] = time.monotonic() - t0
+        return self.report
+
+    def close(self) -> None:
+        for proc in (self.worker, self.evaluator):
+            if proc is not None:
+                if proc.alive():
+                    try:
+                        proc.send({"op": "shutdown"})
+                        proc.proc.wait(timeout=2)  # type: ignore[union-attr]
+                    except Exception:  # noqa: BLE001 - killed below anyway
+                        pass
+                proc.kill()
+        self.worker = self.evaluator = None
+        for d in (self.scratch, self.eval_scratch):
+            if d is not None:
+                shutil.rmtree(d, ignore_errors=True)
+
+    # ------------------------------------------------------------------ requests
+    def _remaining(self, timeout: float) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            self._lose(f"the submission used up its {self.limits.wall_timeout:g}s time limit")
+            raise SandboxLost(self._lost or "")
+        return min(timeout, left)
+
+    def _lose(self, why: str) -> None:
+        if self._lost is None:
+            self._lost = why
+        if self.worker is not None:
+            self.worker.kill()
+
+    def _request(self, op: str, values: dict[str, Any], timeout: float, **fields: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        if self._lost:
+            raise SandboxLost(f"not run: {self._lost}")
+        assert self.worker is not None
+        self._next_id += 1
+        rid = self._next_id
+        frag, payload = protocol.pack_values(values)
+        header = {"op": op, "id": rid, "timeout": timeout, **fields, **frag}
+        try:
+            self.worker.send(header, payload)
+            # the worker itself applies `timeout`; allow it time to interrupt, probe and replay
+            resp, rpayload = self.worker.recv(self._remaining(timeout + 60.0 + self.limits.cell_timeout))
+            if resp.get("id") != rid:
+                raise protocol.ProtocolError("response does not answer the request")
+            out = protocol.unpack_values(resp, rpayload) if "values" in resp else {}
+        except protocol.ChannelTimeout:
+            self._lose("the sandbox stopped answering")
+            raise SandboxLost(self._lost or "") from None
+        except protocol.ProtocolError as exc:
+            self._lose(f"the sandbox sent something that is not valid data ({exc})")
+            raise SandboxLost(self._lost or "") from None
+        if isinstance(resp.get("exec_map"), dict):
+            self.exec_map = _exec_map(resp["exec_map"])
+        return resp, out
+
+    def _raise_for(self, name: str, resp: dict[str, Any], what: str = "call") -> None:
+        from grader.hints import hint_for
+
+        if resp.get("ok") is True:
+            return
+        if "missing" in resp:
+            raise MissingName(name)
+        if resp.get("timeout"):
+            extra = "" if resp.get("restarted") is None else " (the kernel had to be restarted)"
+            raise CallTimedOut(
+                f"`{name}` did not finish within {self.limits.call_timeout:g}s{extra}",
+                "Look for an infinite loop, or a loop whose length depends on a traced value.",
+            )
+        if resp.get("died"):
+            raise SandboxLost(
+                f"the kernel died during the {what} of `{name}` (os._exit, a crash, or out of memory)"
+                + ("; it was restarted for the remaining tests" if resp.get("restarted") else "")
+            )
+        if "dead" in resp:
+            raise SandboxLost(str(resp["dead"])[:500])
+        if "unsendable" in resp:
+            raise BadValue(
+                f"`{name}` returned something that is not an array or a container of arrays: "
+                + str(resp["unsendable"])[:300],
+                "Return jax.numpy arrays (or numbers, or lists/tuples/dicts of them).",
+            )
+        err = resp.get("error")
+        if isinstance(err, dict):
+            ename = str(err.get("ename", "Exception"))[:200]
+            evalue = str(err.get("evalue", ""))[:4000]
+            loc = _location(err.get("location"), self.exec_map)
+            raise StudentRaised(name, ename, evalue, loc, hint_for(ename, evalue, loc, name=name))
+        raise BadValue(f"the sandbox answered the {what} of `{name}` with a malformed response")
+
+    def probe(self, names: list[str]) -> dict[str, dict[str, Any]]:
+        resp, _ = self._request("probe", {}, self.limits.call_timeout, names=list(names))
+        info = resp.get("info")
+        if not resp.get("ok") or not isinstance(info, dict):
+            raise BadValue("the sandbox sent a malformed probe response")
+        return {str(k): dict(v) for k, v in info.items() if isinstance(v, dict)}
+
+    def call(
+        self,
+        name: str,
+        *args: Any,
+        repeat: int = 1,
+        readonly: bool = False,
+        timeout: float | None = None,
+        **kwargs: Any,
+    ) -> CallResult:
+        resp, out = self._request(
+            "call",
+            {"args": list(args), "kwargs": dict(kwargs)},
+            timeout or self.limits.call_timeout,
+            name=name,
+            repeat=repeat,
+            readonly=readonly,
+        )
+        self._raise_for(name, resp)
+        values = [out.get(f"result{i}") for i in range(repeat)]
+        if any(f"result{i}" not in out for i in range(repeat)):
+            raise BadValue(f"the sandbox did not return every result of `{name}`")
+        mutated = resp.get("mutated", [])
+        elapsed = resp.get("elapsed", [])
+        return CallResult(
+            values=values,
+            mutated=tuple(i for i in mutated if type(i) is int) if isinstance(mutated, list) else (),
+            vmap_used=resp.get("vmap_used") is True,
+            elapsed=tuple(float(e) for e in elapsed if isinstance(e, (int, float))) if isinstance(elapsed, list) else (),
+        )
+
+    def export(self, name: str, specs: list[tuple[str, str]], static: dict[str, Any] | None = None) -> ExportResult:
+        resp, out = self._request(
+            "export", {"static": dict(static or {})}, self.limits.call_timeout, name=name, specs=[list(s) for s in specs]
+        )
+        self._raise_for(name, resp, "export")
+        module = out.get("module")
+        if type(module) is not np.ndarray or module.dtype != np.uint8 or module.ndim != 1:
+            raise BadValue(f"the sandbox returned no exported module for `{name}`")
+        return ExportResult(module.tobytes(), resp.get("vmap_used") is True)
+
+    # ------------------------------------------------------------------ evaluator
+    def _evaluator(self) -> SandboxProcess:
+        if self.evaluator is not None and self.evaluator.alive():
+            return self.evaluator
+        if self.eval_scratch is None:
+            self.eval_scratch = make_scratch("jaxgrade-eval-")
+        self.evaluator = SandboxProcess("grader.evaluator", self.eval_scratch, self.limits, self.isolation, self.env)
+        self.evaluator.start()
+        ready, _ = self.evaluator.recv(120.0)
+        if not ready.get("ok"):
+            raise RuntimeError("the evaluator failed to start")
+        return self.evaluator
+
+    def evaluate(self, name: str, module: bytes, *args: Any, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
+        """Run an exported module on inputs in the evaluator; returns (value, info)."""
+        ev = self._evaluator()
+        self._next_id += 1
+        rid = self._next_id
+        frag, payload = protocol.pack_values({"module": np.frombuffer(module, dtype=np.uint8), "args": list(args)})
+        try:
+            ev.send({"op": "eval", "id": rid, "want_text": True, **frag}, payload)
+            resp, rpayload = ev.recv(timeout or self.limits.call_timeout)
+            if resp.get("id") != rid:
+                raise protocol.ProtocolError("response does not answer the request")
+            out = protocol.unpack_values(resp, rpayload) if "values" in resp else {}
+        except protocol.ChannelTimeout:
+            ev.kill()
+            raise CallTimedOut(
+                f"the compiled `{name}` did not finish within {timeout or self.limits.call_timeout:g}s",
+                "A lax.while_loop whose condition never becomes false runs forever under jit.",
+            ) from None
+        except protocol.ProtocolError as exc:
+            ev.kill()
+            raise BadValue(f"the compiled `{name}` could not be evaluated ({exc})") from None
+        if not resp.get("ok"):
+            err = resp.get("error") if isinstance(resp.get("error"), dict) else {}
+            raise SubmissionError(
+                f"the compiled `{name}` failed to run: {err.get('ename', '')}: {_first_line(str(err.get('evalue', '')))}"
+            )
+        info = {k: resp[k] for k in ("elapsed", "custom_calls", "nr_devices") if k in resp}
+        return out.get("result"), info
+
+
+def _exec_map(raw: Any) -> dict[int, int]:
+    out: dict[int, int] = {}
+    if isinstance(raw, dict):
+        for k, v in raw.items():
+            try:
+                out[int(k)] = int(v)
+            except (TypeError, ValueError):
+                continue
+    return out

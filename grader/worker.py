@@ -1,0 +1,412 @@
+"""The sandboxed worker: executes one notebook with nbclient, then answers requests about it.
+
+Runs inside the sandbox (untrusted territory).  It talks to the trusted grader over the
+inherited stdin/stdout pipes with :mod:`grader.protocol` frames and to the student's kernel
+through nbclient.  Requests reach the kernel as small synthetic cells that call
+:func:`grader.kernel_side.serve`; a request that hangs is interrupted, and a kernel that cannot
+be interrupted (XLA ignores SIGINT) or that dies is replaced by a fresh one in which the
+notebook's cells that worked are replayed, so one bad cell or call costs only itself.
+
+Started as ``python -m grader.worker --scratch DIR [limits]`` by :mod:`grader.sandbox`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import resource
+import sys
+import time
+import traceback
+from typing import Any
+
+from grader import protocol
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_CELL_LOC = re.compile(r"(?:Cell In\s*\[(\d+)\]|<ipython-input-(\d+)-[0-9a-f]+>),\s*(?:line|in)\s*(\d+)?")
+_CELL_LINE = re.compile(r"^-*>\s*(\d+)\s")
+
+PROBE_TIMEOUT = 5.0
+WARMUP = "import numpy, jax, jax.numpy"
+
+
+def apply_limits(args: argparse.Namespace) -> None:
+    """Lower this process's resource limits; the kernel inherits them."""
+    pairs = [
+        (resource.RLIMIT_AS, args.as_bytes),
+        (resource.RLIMIT_FSIZE, args.fsize),
+        (resource.RLIMIT_CPU, args.cpu),
+        (resource.RLIMIT_NPROC, args.nproc),
+        (resource.RLIMIT_NOFILE, args.nofile),
+        (resource.RLIMIT_CORE, 0),
+    ]
+    for which, value in pairs:
+        if value is None:
+            continue
+        soft, hard = resource.getrlimit(which)
+        new = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        try:
+            resource.setrlimit(which, (new, new))
+        except (ValueError, OSError):
+            # RLIMIT_NPROC can fail when the user already has more processes; keep going
+            print(f"jaxgrade worker: could not set limit {which} to {new}", file=sys.stderr)
+
+
+def _make_client(nb: Any, scratch: str, cell_timeout: float, output_cap: int) -> Any:
+    from nbclient import NotebookClient
+
+    class CappedClient(NotebookClient):
+        """nbclient with a per-cell cap on kept output (the kernel may print hundreds of MB)."""
+
+        def output(self, outs: Any, msg: Any, display_id: Any, cell_index: int) -> Any:
+            kept = sum(len(str(o.get("text", ""))) for o in outs if o.get("output_type") == "stream")
+            if msg["msg_type"] == "stream":
+                if kept >= output_cap:
+                    return None
+                content = msg["content"]
+                content["text"] = content.get("text", "")[: max(0, output_cap - kept)]
+            elif msg["msg_type"] in ("display_data", "execute_result", "update_display_data"):
+                return None  # rich outputs (plots, HTML) are not needed for grading
+            return super().output(outs, msg, display_id, cell_index)
+
+    return CappedClient(
+        nb,
+        timeout=cell_timeout,
+        timeout_func=lambda cell: cell.metadata.get("jaxgrade_timeout", cell_timeout),
+        kernel_name="python3",
+        allow_errors=True,
+        interrupt_on_timeout=True,
+        error_on_timeout={"ename": "CellTimeoutError", "evalue": "timeout", "traceback": []},
+        startup_timeout=120,
+        iopub_timeout=4,
+        shell_timeout_interval=1,
+        record_timing=False,
+        resources={"metadata": {"path": scratch}},
+    )
+
+
+class NotebookRunner:
+    """Owns the kernel: executes cells, detects hangs and deaths, restarts and replays."""
+
+    def __init__(self, scratch: str, cell_timeout: float, output_cap: int, max_restarts: int) -> None:
+        import nbformat
+
+        self.scratch = scratch
+        self.cell_timeout = cell_timeout
+        self.output_cap = output_cap
+        self.max_restarts = max_restarts
+        self.restarts = 0
+        self.holder = nbformat.v4.new_notebook()
+        self.client = _make_client(self.holder, scratch, cell_timeout, output_cap)
+        self.cells: list[Any] = []
+        self.records: list[dict[str, Any]] = []
+        self.exec_map: dict[int, int] = {}
+        self.ok_cells: list[int] = []
+        self.alive = False
+
+    # -- kernel lifecycle
+    def start(self) -> None:
+        self.client.km = self.client.create_kernel_manager()
+        self.client.start_new_kernel(cwd=self.scratch)
+        self.client.start_new_kernel_client()
+        self.alive = True
+        self.exec_map = {}
+        self._synthetic(WARMUP, 120)
+
+    def kill(self) -> None:
+        try:
+            if self.client.kc is not None:
+                self.client.kc.stop_channels()
+            if self.client.km is not None:
+                self.client.km.shutdown_kernel(now=True)
+        except Exception:  # noqa: BLE001 - best effort, the sandbox is torn down anyway
+            traceback.print_exc()
+        self.alive = False
+
+    def restart_and_replay(self, skip: int | None = None) -> bool:
+        """Replace the kernel and re-run the cells that worked; False when out of restarts."""
+        self.kill()
+        if self.restarts >= self.max_restarts:
+            return False
+        self.restarts += 1
+        self.start()
+        for i in list(self.ok_cells):
+            if i == skip:
+                continue
+            status, _ = self._run(self.cells[i], i)
+            if status != "ok":
+                self.ok_cells.remove(i)
+        return True
+
+    # -- execution
+    def _synthetic(self, code: str, timeout: float) -> tuple[str, dict[str, Any]]:
+        import nbformat
+
+        cell = nbformat.v4.new_code_cell(code)
+        cell.metadata["jaxgrade_timeout"] = timeout
+        return self._exec(cell, -1, store_history=False)
+
+    def _exec(self, cell: Any, index: int, store_history: bool = True) -> tuple[str, dict[str, Any]]:
+        from nbclient.exceptions import DeadKernelError
+
+        self.holder.cells = [cell]  # nbclient writes the executed cell back into its notebook
+        try:
+            self.client.execute_cell(cell, 0, store_history=store_history)
+        except DeadKernelError:
+            self.alive = False
+            return "died", {}
+        reply = getattr(self.client, "_jaxgrade_last_reply", None) or {}
+        return reply.get("status", "ok"), reply
+
+    def _run(self, cell: Any, index: int) -> tuple[str, dict[str, Any]]:
+        status, reply = self._exec(cell, index)
+        if status == "ok" or status == "error" and reply.get("ename") != "CellTimeoutError":
+            count = reply.get("execution_count")
+            if isinstance(count, int):
+                self.exec_map[count] = index
+            return status, reply
+        if status == "died":
+            return "died", reply
+        # timed out and interrupted: is the kernel responsive again?
+        probe, preply = self._synthetic("pass", PROBE_TIMEOUT)
+        if probe == "ok":
+            return "timeout", reply
+        return "stuck", reply
+
+    def execute_notebook(self, nb: Any) -> None:
+        self.cells = []
+        for cell in nb.cells:
+            if cell.cell_type != "code":
+                self.cells.append(None)
+                continue
+            import nbformat
+
+            clean = nbformat.v4.new_code_cell(cell.source)
+            self.cells.append(clean)
+        for i, cell in enumerate(self.cells):
+            if cell is None or not cell.source.strip():
+                continue
+            rec: dict[str, Any] = {"index": i, "status": "ok"}
+            if not self.alive:
+                rec["status"] = "skipped"
+                rec["message"] = "not run: the kernel could not be restarted"
+                self.records.append(rec)
+                continue
+            t0 = time.monotonic()
+            status, reply = self._run(cell, i)
+            rec["duration"] = round(time.monotonic() - t0, 3)
+            if status == "ok":
+                self.ok_cells.append(i)
+            elif status == "error":
+                rec.update(self._error_info(reply, i))
+                rec["status"] = "error"
+            elif status == "timeout":
+                rec.update(status="timeout", message=f"interrupted after {self.cell_timeout:g}s")
+            elif status in ("stuck", "died"):
+                why = (
+                    f"did not stop within {PROBE_TIMEOUT:g}s of an interrupt after running "
+                    f"{self.cell_timeout:g}s (a long jitted computation, or SIGINT ignored): the kernel was killed"
+                    if status == "stuck"
+                    else "the kernel died while running this cell (os._exit, a crash, or out of memory)"
+                )
+                rec.update(status="killed" if status == "stuck" else "died", message=why)
+                restarted = self.restart_and_replay(skip=i)
+                rec["restarted"] = restarted
+                if restarted:
+                    rec["message"] += "; a fresh kernel replayed the cells before it and execution went on"
+            rec["output"] = _stream_text(cell)[: self.output_cap]
+            self.records.append(rec)
+
+    def _error_info(self, reply: dict[str, Any], index: int) -> dict[str, Any]:
+        tb = [_ANSI.sub("", line) for line in reply.get("traceback", []) or []]
+        info: dict[str, Any] = {
+            "ename": str(reply.get("ename", ""))[:200],
+            "evalue": str(reply.get("evalue", ""))[:2000],
+        }
+        loc = _locate(tb, self.exec_map, self.cells, index)
+        if loc:
+            info["location"] = loc
+        return info
+
+    # -- requests
+    def request(self, req_path: str, resp_path: str, timeout: float) -> dict[str, Any] | None:
+        """Run one request in the kernel; return an error header, or None when a response file exists."""
+        if not self.alive and not self.restart_and_replay():
+            return {"ok": False, "dead": "the kernel is gone and could not be restarted"}
+        code = (
+            "import grader.kernel_side as __jaxgrade_ks__\n"
+            f"__jaxgrade_ks__.serve({req_path!r}, {resp_path!r})"
+        )
+        import nbformat
+
+        cell = nbformat.v4.new_code_cell(code)
+        cell.metadata["jaxgrade_timeout"] = timeout
+        status, reply = self._exec(cell, -1, store_history=False)
+        if status == "ok" and os.path.exists(resp_path):
+            return None
+        if status == "died":
+            restarted = self.restart_and_replay()
+            return {"ok": False, "died": True, "restarted": restarted}
+        if status == "error" and reply.get("ename") == "CellTimeoutError":
+            probe, _ = self._synthetic("pass", PROBE_TIMEOUT)
+            restarted = None
+            if probe != "ok":
+                restarted = self.restart_and_replay()
+            return {"ok": False, "timeout": timeout, "restarted": restarted}
+        return {"ok": False, "dead": f"the request failed in the kernel: {reply.get('ename')}: {reply.get('evalue')}"}
+
+
+def _stream_text(cell: Any) -> str:
+    parts = []
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "stream":
+            parts.append(str(out.get("text", "")))
+    return "".join(parts)
+
+
+def _locate(tb: list[str], exec_map: dict[int, int], cells: list[Any], index: int) -> dict[str, Any] | None:
+    """Find the innermost notebook frame in an IPython traceback: cell index, line, text."""
+    found = None
+    current = None
+    for block in tb:
+        for line in block.splitlines():
+            m = _CELL_LOC.search(line)
+            if m:
+                count = int(m.group(1) or m.group(2))
+                current = exec_map.get(count, index if count not in exec_map else None)
+                found = {"cell": current, "lineno": int(m.group(3)) if m.group(3) else None}
+                continue
+            m2 = _CELL_LINE.match(line)
+            if m2 and found is not None:
+                found["lineno"] = int(m2.group(1))
+    if found and found.get("cell") is not None and found.get("lineno"):
+        cell = cells[found["cell"]]
+        lines = cell.source.splitlines() if cell is not None else []
+        if 0 < found["lineno"] <= len(lines):
+            found["text"] = lines[found["lineno"] - 1].strip()[:300]
+    if found is None:
+        # a SyntaxError has no cell frame: its traceback names the line directly
+        for block in tb:
+            m3 = re.search(r"line (\d+)", block)
+            if m3:
+                found = {"cell": index, "lineno": int(m3.group(1))}
+        if found:
+            lines = cells[index].source.splitlines()
+            if 0 < found["lineno"] <= len(lines):
+                found["text"] = lines[found["lineno"] - 1].strip()[:300]
+    return found
+
+
+def _patch_reply_capture(runner: NotebookRunner) -> None:
+    """Keep the last execute reply's content (nbclient passes it only to hooks)."""
+
+    def on_executed(cell: Any, cell_index: int, execute_reply: Any) -> None:
+        runner.client._jaxgrade_last_reply = (execute_reply or {}).get("content", {})
+
+    def on_start(cell: Any, cell_index: int) -> None:
+        runner.client._jaxgrade_last_reply = None
+
+    runner.client.on_cell_executed = on_executed
+    runner.client.on_cell_start = on_start
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="grader.worker")
+    p.add_argument("--scratch", required=True)
+    p.add_argument("--as-bytes", type=int)
+    p.add_argument("--fsize", type=int)
+    p.add_argument("--cpu", type=int)
+    p.add_argument("--nproc", type=int)
+    p.add_argument("--nofile", type=int)
+    args = p.parse_args(argv)
+    apply_limits(args)
+
+    # Keep the protocol pipes private; everything the kernel inherits goes to a log file.
+    proto_in, proto_out = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    log = os.open(os.path.join(args.scratch, ".jaxgrade", "worker.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    sys.stdout = os.fdopen(1, "w", buffering=1)
+    sys.stderr = os.fdopen(2, "w", buffering=1)
+
+    header, _ = protocol.read_frame(proto_in)
+    if header.get("op") != "start":
+        return 2
+    runner = NotebookRunner(
+        args.scratch,
+        cell_timeout=float(header.get("cell_timeout", 60)),
+        output_cap=int(header.get("output_cap", 20000)),
+        max_restarts=int(header.get("max_restarts", 3)),
+    )
+    _patch_reply_capture(runner)
+    t0 = time.monotonic()
+    try:
+        runner.start()
+    except Exception as exc:  # noqa: BLE001 - report, the trusted side decides
+        protocol.write_frame(proto_out, {"op": "ready", "ok": False, "error": f"kernel failed to start: {exc}"[:2000]})
+        return 1
+    protocol.write_frame(proto_out, {"op": "ready", "ok": True, "startup": round(time.monotonic() - t0, 3)})
+
+    header, _ = protocol.read_frame(proto_in)
+    if header.get("op") != "execute":
+        return 2
+    import nbformat
+
+    nb = nbformat.read(os.path.join(args.scratch, header["notebook"]), as_version=4)
+    t0 = time.monotonic()
+    runner.execute_notebook(nb)
+    protocol.write_frame(
+        proto_out,
+        {
+            "op": "executed",
+            "cells": runner.records,
+            "exec_map": {str(k): v for k, v in runner.exec_map.items()},
+            "restarts": runner.restarts,
+            "alive": runner.alive,
+            "duration": round(time.monotonic() - t0, 3),
+        },
+    )
+
+    req_dir = os.path.join(args.scratch, ".jaxgrade")
+    n = 0
+    while True:
+        try:
+            header, payload = protocol.read_frame(proto_in)
+        except protocol.ChannelClosed:
+            break
+        if header.get("op") == "shutdown":
+            break
+        n += 1
+        req_path = os.path.join(req_dir, f"req-{n}")
+        resp_path = os.path.join(req_dir, f"resp-{n}")
+        fd = os.open(req_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            protocol.write_frame(fd, header, payload)
+        finally:
+            os.close(fd)
+        err = runner.request(req_path, resp_path, float(header.get("timeout", 60)))
+        if err is not None:
+            err["id"] = header.get("id")
+            protocol.write_frame(proto_out, err)
+        else:
+            rfd = os.open(resp_path, os.O_RDONLY)
+            try:
+                rhead, rpayload = protocol.read_frame(rfd)
+            finally:
+                os.close(rfd)
+            rhead["exec_map"] = {str(k): v for k, v in runner.exec_map.items()}
+            protocol.write_frame(proto_out, rhead, rpayload)
+        for path in (req_path, resp_path):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+    runner.kill()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
