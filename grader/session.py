@@ -207,6 +207,7 @@ class Session:
         self.exec_map: dict[int, int] = {}
         self._lost: str | None = None
         self._next_id = 0
+        self._evaluator_ready = False
         self.timings: dict[str, float] = {}
 
     # ------------------------------------------------------------------ lifecycle
@@ -222,6 +223,11 @@ class Session:
         (self.scratch / NOTEBOOK_NAME).write_text(self.notebook_json, encoding="utf-8")
         self.worker = SandboxProcess("grader.worker", self.scratch, self.limits, self.isolation, self.env)
         self.worker.start()
+        # the evaluator starts (imports jax) while the notebook runs, off the critical path
+        self.eval_scratch = make_scratch("jaxgrade-eval-")
+        self.evaluator = SandboxProcess("grader.evaluator", self.eval_scratch, self.limits, self.isolation, self.env)
+        self.evaluator.start()
+        self._evaluator_ready = False
         self.worker.send(
             {
                 "op": "start",
@@ -402,15 +408,19 @@ class Session:
 
     # ------------------------------------------------------------------ evaluator
     def _evaluator(self) -> SandboxProcess:
-        if self.evaluator is not None and self.evaluator.alive():
+        if self.evaluator is not None and self.evaluator.alive() and self._evaluator_ready:
             return self.evaluator
-        if self.eval_scratch is None:
-            self.eval_scratch = make_scratch("jaxgrade-eval-")
-        self.evaluator = SandboxProcess("grader.evaluator", self.eval_scratch, self.limits, self.isolation, self.env)
-        self.evaluator.start()
+        if self.evaluator is None or not self.evaluator.alive():
+            if self.evaluator is not None:
+                self.evaluator.kill()
+            if self.eval_scratch is None:
+                self.eval_scratch = make_scratch("jaxgrade-eval-")
+            self.evaluator = SandboxProcess("grader.evaluator", self.eval_scratch, self.limits, self.isolation, self.env)
+            self.evaluator.start()
         ready, _ = self.evaluator.recv(120.0)
         if not ready.get("ok"):
             raise RuntimeError("the evaluator failed to start")
+        self._evaluator_ready = True
         return self.evaluator
 
     def evaluate(self, name: str, module: bytes, *args: Any, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:

@@ -1,0 +1,317 @@
+"""The check library that hidden and public tests call: closeness, jit, vectorization, purity.
+
+Every check raises :class:`CheckFailure` (an ``AssertionError``) with a message that says what
+differs and, where it helps, a hint that teaches the fix.  Values from the sandbox are plain,
+validated data (see :mod:`grader.protocol`); references may be JAX arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from grader.hints import hint_for
+from grader.notebook import mentions
+from grader.protocol import PRNGKeyData
+from grader.session import StudentRaised, SubmissionError
+
+
+class CheckFailure(AssertionError):
+    """A check failed; ``message`` says what differs, ``hint`` how to fix it."""
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.message, self.hint))
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    rtol: float = 1e-5
+    atol: float = 1e-6
+
+
+#: Set by the grading plugin from the assignment's configuration.
+DEFAULT_TOLERANCE = Tolerance()
+
+
+def set_default_tolerance(tol: Tolerance) -> None:
+    global DEFAULT_TOLERANCE
+    DEFAULT_TOLERANCE = tol
+
+
+# --------------------------------------------------------------------------- closeness
+
+
+def _plain(x: Any) -> Any:
+    """Reference values (possibly JAX) as plain numpy/python data."""
+    if isinstance(x, (np.ndarray, np.generic, PRNGKeyData)) or x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    if isinstance(x, (list, tuple)):
+        return type(x)(_plain(v) for v in x) if type(x) in (list, tuple) else tuple(_plain(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    mod = type(x).__module__ or ""
+    if mod.startswith("jax"):
+        return np.asarray(x)
+    return x
+
+
+def _kind(x: Any) -> str:
+    if isinstance(x, (np.ndarray, np.generic)):
+        return "array"
+    if isinstance(x, bool):
+        return "bool"
+    if isinstance(x, (int, float, complex)):
+        return "number"
+    return type(x).__name__
+
+
+def _describe(x: Any) -> str:
+    if isinstance(x, np.ndarray):
+        return f"an array of shape {x.shape} and dtype {x.dtype}"
+    if isinstance(x, (list, tuple)):
+        return f"a {type(x).__name__} of length {len(x)}"
+    if isinstance(x, dict):
+        return f"a dict with keys {sorted(map(str, x))}"
+    return f"{type(x).__name__} {x!r}"[:200]
+
+
+def assert_close(
+    actual: Any,
+    expected: Any,
+    *,
+    rtol: float | None = None,
+    atol: float | None = None,
+    name: str = "result",
+    exact: bool = False,
+) -> None:
+    """Pytree-aware closeness: structure exactly, shapes exactly, dtypes of the same kind, values
+    within ``rtol`` and ``atol`` (default ``atol * max(1, max|expected|)``), NaNs where expected."""
+    _close(actual, _plain(expected), name, rtol, atol, exact)
+
+
+def _close(actual: Any, expected: Any, path: str, rtol: float | None, atol: float | None, exact: bool) -> None:
+    if isinstance(expected, dict):
+        if not isinstance(actual, dict):
+            raise CheckFailure(f"{path}: expected a dict with keys {sorted(map(str, expected))}, got {_describe(actual)}")
+        if set(actual) != set(expected):
+            missing, extra = sorted(set(expected) - set(actual)), sorted(set(actual) - set(expected))
+            raise CheckFailure(f"{path}: dict keys differ (missing {missing}, unexpected {extra})")
+        for k in expected:
+            _close(actual[k], expected[k], f"{path}[{k!r}]", rtol, atol, exact)
+        return
+    if isinstance(expected, (list, tuple)):
+        if type(actual) is not type(expected):
+            raise CheckFailure(f"{path}: expected a {type(expected).__name__} of length {len(expected)}, got {_describe(actual)}")
+        if len(actual) != len(expected):
+            raise CheckFailure(f"{path}: expected length {len(expected)}, got length {len(actual)}")
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            _close(a, e, f"{path}[{i}]", rtol, atol, exact)
+        return
+    if expected is None or isinstance(expected, str):
+        if actual != expected or type(actual) is not type(expected):
+            raise CheckFailure(f"{path}: expected {expected!r}, got {_describe(actual)}")
+        return
+    if isinstance(expected, PRNGKeyData):
+        if not isinstance(actual, PRNGKeyData) or not np.array_equal(actual.data, expected.data):
+            raise CheckFailure(f"{path}: expected the PRNG key {expected.data.tolist()}, got {_describe(actual)}")
+        return
+    # numbers and arrays
+    if isinstance(actual, (dict, list, tuple, str)) or actual is None or isinstance(actual, PRNGKeyData):
+        raise CheckFailure(f"{path}: expected {_describe(np.asarray(expected))}, got {_describe(actual)}")
+    exp = np.asarray(expected)
+    act = np.asarray(actual)
+    if type(act) is not np.ndarray:  # pragma: no cover - decoded values are plain already
+        raise CheckFailure(f"{path}: not an array")
+    if act.shape != exp.shape:
+        raise CheckFailure(
+            f"{path}: shape {act.shape} differs from the expected shape {exp.shape}",
+            _shape_hint(act.shape, exp.shape),
+        )
+    ek, ak = exp.dtype.kind, act.dtype.kind
+    compatible = ek == ak or {ek, ak} <= {"i", "u"} or (ek == "f" and ak == "c") or (ek == "c" and ak == "f")
+    if not compatible:
+        raise CheckFailure(f"{path}: dtype {act.dtype} differs from the expected dtype {exp.dtype}")
+    if ek == "b" or exact:
+        bad = ~((act == exp) | (np.isnan(act) & np.isnan(exp) if ek in "fc" else False))
+        if np.any(bad):
+            idx = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise CheckFailure(
+                f"{path}: {int(bad.sum())} of {bad.size} entries differ; first at index {idx}: "
+                f"got {act[idx]!r}, expected {exp[idx]!r}"
+            )
+        return
+    tol = DEFAULT_TOLERANCE
+    r = tol.rtol if rtol is None else rtol
+    finite = np.isfinite(exp)
+    scale = float(np.max(np.abs(exp[finite]))) if np.any(finite) else 1.0
+    a = tol.atol * max(1.0, scale) if atol is None else atol
+    act64 = act.astype(np.complex128 if "c" in (ek, ak) else np.float64)
+    exp64 = exp.astype(act64.dtype)
+    nan_exp, nan_act = np.isnan(exp64), np.isnan(act64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.abs(act64 - exp64)
+        ok = (err <= a + r * np.abs(exp64)) | (nan_exp & nan_act) | ((act64 == exp64) & ~nan_exp)
+    ok &= ~(nan_act & ~nan_exp)
+    if not np.all(ok):
+        bad = ~ok
+        err_for_max = np.where(bad, np.nan_to_num(err, nan=np.inf), -1.0)
+        idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(err_for_max)), act.shape)) if act.shape else ()
+        raise CheckFailure(
+            f"{path}: {int(bad.sum())} of {bad.size} values differ (rtol={r:g}, atol={a:.3g}); "
+            f"largest error {float(np.real(err_for_max[idx])):.4g} at index {idx}: got {act[idx]!r}, expected {exp[idx]!r}"
+        )
+
+
+def _shape_hint(got: tuple[int, ...], want: tuple[int, ...]) -> str:
+    if sorted(got) == sorted(want) and got != want:
+        return "The axes are in the wrong order: check `in_axes`/`out_axes` (or transpose the result)."
+    if len(got) == len(want):
+        diffs = [g - w for g, w in zip(got, want)]
+        if sum(1 for d in diffs if d) == 1:
+            return "One dimension is off: check the window and the range of your loop or slices."
+    return ""
+
+
+# --------------------------------------------------------------------------- transformations
+
+
+def _spec_of(a: Any) -> tuple[str, str]:
+    arr = np.asarray(a)
+    return ", ".join(str(d) for d in arr.shape), str(arr.dtype)
+
+
+def _eager(submission: Any, name: str, args: tuple[Any, ...]) -> Any:
+    return submission.call(name, *args).value
+
+
+def check_jit(
+    submission: Any,
+    name: str,
+    args: tuple[Any, ...] | list[Any],
+    *,
+    static: dict[str, Any] | None = None,
+    expected: Any = None,
+) -> None:
+    """``name`` traces under ``jax.jit`` for the shapes of ``args``, and the compiled function
+    (run in the evaluator, away from student code) agrees with ``expected`` (default: the
+    student's own eager result)."""
+    args = tuple(args)
+    try:
+        exp = submission.export(name, [_spec_of(a) for a in args], static)
+    except StudentRaised as exc:
+        raise CheckFailure(
+            f"`{name}` does not work under jax.jit: {exc.ename}"
+            + (f" at {exc.location.describe()}" if exc.location and exc.location.describe() else "")
+            + f": {_first(exc.evalue)}",
+            exc.hint or hint_for(exc.ename, exc.evalue, exc.location),
+        ) from None
+    got, _ = submission.evaluate(name, exp.module, *args)
+    if expected is None:
+        expected = submission.call(name, *args, **(static or {})).value
+    try:
+        assert_close(got, expected, name=f"jax.jit({name})")
+    except CheckFailure as exc:
+        raise CheckFailure(
+            exc.message + " — the compiled function disagrees with the eager one",
+            "A function that reads or changes global state, or uses Python randomness, gives "
+            "different answers once compiled: keep it pure.",
+        ) from None
+
+
+def check_vectorized(
+    submission: Any,
+    name: str,
+    specs: list[tuple[str, str]],
+    cases: list[tuple[Any, ...]],
+    *,
+    expected: list[Any] | None = None,
+) -> None:
+    """``name`` traces with a symbolic batch size (so no Python loop runs over the batch), and
+    the one compiled module gives the eager results for every batch size in ``cases``."""
+    try:
+        exp = submission.export(name, specs)
+    except StudentRaised as exc:
+        loc = exc.location.describe() if exc.location else ""
+        raise CheckFailure(
+            f"`{name}` is not vectorized over the batch: it cannot be traced for a symbolic batch size "
+            f"({exc.ename}{' at ' + loc if loc else ''}: {_first(exc.evalue)})",
+            "Do not loop in Python over the batch: use `jax.vmap`, or array operations on the whole "
+            "batch at once (slicing, broadcasting, `jnp.einsum`).",
+        ) from None
+    for i, case in enumerate(cases):
+        got, _ = submission.evaluate(name, exp.module, *case)
+        want = expected[i] if expected is not None else _eager(submission, name, tuple(case))
+        shapes = ", ".join(str(np.shape(a)) for a in case)
+        try:
+            assert_close(got, want, name=f"{name}({shapes}) traced with a symbolic batch")
+        except CheckFailure as exc:
+            raise CheckFailure(exc.message, exc.hint) from None
+
+
+def check_pure(submission: Any, name: str, args: tuple[Any, ...] | list[Any], *, readonly: bool = False) -> None:
+    """Repeated calls agree exactly, NumPy inputs are not modified, and the compiled function
+    has no host callbacks (``jax.debug.print``/``callback``)."""
+    args = tuple(args)
+    res = submission.call(name, *args, repeat=2, readonly=readonly)
+    if res.mutated:
+        which = ", ".join(f"#{i + 1}" for i in res.mutated)
+        raise CheckFailure(
+            f"`{name}` modified its input argument {which} in place",
+            "JAX functions must be pure: build a new array (`x.at[i].set(v)`, `jnp.where`) instead of "
+            "assigning into the input.",
+        )
+    try:
+        assert_close(res.values[1], res.values[0], name=f"second call of {name}", exact=True)
+    except CheckFailure as exc:
+        raise CheckFailure(
+            f"`{name}` gave a different result when called again with the same inputs ({exc.message})",
+            "The function depends on hidden state (a global counter, a list it appends to, "
+            "Python/NumPy randomness): make the output depend only on the arguments.",
+        ) from None
+    try:
+        submission.export(name, [_spec_of(a) for a in args])
+    except StudentRaised as exc:
+        if "host_callback" in exc.evalue or "callback" in exc.ename.lower():
+            raise CheckFailure(
+                f"`{name}` calls back into Python from compiled code ({exc.ename})",
+                hint_for(exc.ename, exc.evalue, exc.location),
+            ) from None
+    except SubmissionError:
+        pass  # tracing problems belong to the jit category
+
+
+def check_is_jitted(submission: Any, name: str) -> None:
+    """``name`` is itself a ``jax.jit``-compiled callable."""
+    info = submission.probe(name)
+    if not info.get("exists"):
+        from grader.session import MissingName
+
+        raise MissingName(name)
+    if not info.get("jitted"):
+        raise CheckFailure(
+            f"`{name}` is a {info.get('type', 'value')}, not a jax.jit-compiled function",
+            f"Wrap it: `{name} = jax.jit(...)`, or decorate the function with `@jax.jit`.",
+        )
+
+
+def check_no_vmap(submission: Any, name: str, args: tuple[Any, ...] | list[Any]) -> None:
+    """``name`` neither calls ``jax.vmap`` when run nor mentions ``vmap`` in its source."""
+    res = submission.call(name, *tuple(args))
+    if res.vmap_used or mentions(submission.sources(name), "vmap"):
+        raise CheckFailure(
+            f"`{name}` uses jax.vmap; this one must be vectorized by hand",
+            "Write it with array operations over the batch axis: slice all rows at once "
+            "(`xs[:, i:i+k]`), broadcast, or use `jnp.einsum`.",
+        )
+
+
+def _first(text: str) -> str:
+    lines = [ln for ln in str(text).splitlines() if ln.strip()]
+    return (lines[0] if lines else "")[:300]

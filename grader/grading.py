@@ -1,0 +1,253 @@
+"""Grading one submission end to end, and many in parallel.
+
+``grade_notebook`` loads and validates the notebook, executes it in a sandbox, runs the public
+and hidden tests through pytest in this (trusted) process, and returns a :class:`Record`.
+Student failures become data in the record; only a bug in the grader raises.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from grader import __version__
+from grader.notebook import LoadedNotebook, NotebookError, load_notebook
+from grader.record import Record, total
+from grader.sandbox import choose_isolation
+
+if TYPE_CHECKING:
+    from grader.config import Assignment
+
+log = logging.getLogger(__name__)
+
+_REFERENCES: dict[Path, Any] = {}
+
+
+def load_reference(assignment: Assignment) -> Any:
+    """Import the reference solution (trusted code) once per process."""
+    path = assignment.solution.resolve()
+    if path not in _REFERENCES:
+        name = f"jaxgrade_reference_{assignment.name}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot import the reference solution {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        _REFERENCES[path] = module
+    return _REFERENCES[path]
+
+
+def run_tests(
+    assignment: Assignment,
+    submission: Any,
+    *,
+    public_only: bool = False,
+    seed: int | None = None,
+) -> tuple[list[Any], list[str]]:
+    """Run the public (and hidden) tests against a submission proxy; return (results, staff errors)."""
+    import pytest
+
+    from grader import checks
+    from grader.plugin import GradingPlugin
+
+    checks.set_default_tolerance(checks.Tolerance(assignment.config.tolerance.rtol, assignment.config.tolerance.atol))
+    visibility = {assignment.public_tests: "visible"}
+    paths = [assignment.public_tests]
+    if not public_only:
+        visibility[assignment.hidden_tests] = "after_published"
+        paths.append(assignment.hidden_tests)
+    plugin = GradingPlugin(
+        submission=submission,
+        reference=load_reference(assignment) if assignment.solution.is_file() else None,
+        seed=assignment.seed if seed is None else seed,
+        visibility_of=visibility,
+    )
+    args = [
+        *(str(p) for p in paths if p.exists()),
+        "-c", os.devnull,
+        "--rootdir", str(assignment.course.root),
+        "--import-mode=importlib",
+        "-p", "no:cacheprovider",
+        "-p", "no:terminal",
+        "-p", "no:stepwise",
+    ]
+    code = pytest.main(args, plugins=[plugin])
+    errors = list(plugin.errors)
+    if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        errors.append(f"pytest could not run the tests (exit code {int(code)}: {pytest.ExitCode(code).name})")
+    return plugin.finish(), errors
+
+
+def grade_notebook(
+    assignment: Assignment,
+    path: Path,
+    *,
+    public_only: bool = False,
+    student: str | None = None,
+    isolation: str = "auto",
+) -> Record:
+    """Grade one notebook; never raises for anything the student did."""
+    from grader.session import Session
+    from grader.submission import Submission
+
+    path = Path(path)
+    t0 = time.monotonic()
+    iso = choose_isolation(isolation)
+    rec = Record(
+        assignment=assignment.name,
+        student=student or path.stem,
+        submission_sha256="",
+        status="graded",
+        grader_version=__version__,
+        isolation=iso,
+        source=str(path),
+    )
+    try:
+        nb = load_notebook(path)
+    except NotebookError as exc:
+        rec.status, rec.message = "error", str(exc)
+        from grader.notebook import sha256_file
+
+        try:
+            rec.submission_sha256 = sha256_file(path)
+        except OSError:
+            pass
+        return rec
+    rec.submission_sha256 = nb.sha256
+    named = nb.assignment
+    if named and named != assignment.name:
+        rec.message = f"the notebook's metadata names assignment {named!r}; graded as {assignment.name!r}"
+    session = Session(nb.to_json(), limits=assignment.limits, isolation=iso, env=_env_for(assignment))
+    try:
+        session.start()
+        report = session.execute()
+        rec.timings["startup"] = round(report.startup, 3)
+        rec.timings["execute"] = round(report.duration, 3)
+        rec.cells = [c.as_dict() for c in report.problems()]
+        if not report.ok and "limit" not in report.message:
+            rec.status = "error"
+            rec.message = _join(rec.message, f"the notebook could not be run: {report.message}")
+        elif not report.ok:
+            rec.status = "timeout"
+            rec.message = _join(rec.message, report.message)
+        sub = Submission(session, nb)
+        rec.missing = _missing(sub, assignment.functions)
+        t1 = time.monotonic()
+        results, errors = run_tests(assignment, sub, public_only=public_only)
+        rec.timings["tests"] = round(time.monotonic() - t1, 3)
+        rec.tests = results
+        if errors:
+            rec.status = "error"
+            rec.message = _join(rec.message, "grader configuration problem: " + "; ".join(errors))
+        if session._lost and rec.status == "graded":
+            rec.message = _join(rec.message, session._lost)
+            if "time limit" in session._lost:
+                rec.status = "timeout"
+    finally:
+        session.close()
+    rec.score, rec.max_score = total(rec.tests)
+    rec.timings["total"] = round(time.monotonic() - t0, 3)
+    return rec
+
+
+def _env_for(assignment: Assignment) -> dict[str, str]:
+    devices = getattr(assignment.config, "devices", 1)
+    if devices and devices > 1:
+        return {
+            "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices} "
+            "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+        }
+    return {}
+
+
+def _missing(sub: Any, names: Iterable[str]) -> list[str]:
+    from grader.session import SubmissionError
+
+    try:
+        return [n for n in names if not sub.probe(n).get("exists")]
+    except SubmissionError:
+        return []
+
+
+def _join(a: str, b: str) -> str:
+    return f"{a}; {b}" if a else b
+
+
+# --------------------------------------------------------------------------- batches
+
+
+def _grade_in_worker(root: str, name: str, path: str, student: str | None, isolation: str) -> dict[str, Any]:
+    from grader.config import load_course
+
+    logging.basicConfig(level=logging.WARNING)
+    assignment = load_course(Path(root)).assignment(name)
+    return grade_notebook(assignment, Path(path), student=student, isolation=isolation).to_dict()
+
+
+def grade_many(
+    assignment: Assignment,
+    paths: list[Path],
+    *,
+    jobs: int = 1,
+    students: dict[Path, str] | None = None,
+    isolation: str = "auto",
+    on_result: Callable[[Path, Record], None] | None = None,
+) -> dict[Path, Record]:
+    """Grade several notebooks, ``jobs`` at a time, each in a fresh trusted worker process pool."""
+    import multiprocessing
+
+    students = students or {}
+    out: dict[Path, Record] = {}
+    if jobs <= 1:
+        for p in paths:
+            rec = grade_notebook(assignment, p, student=students.get(p), isolation=isolation)
+            out[p] = rec
+            if on_result:
+                on_result(p, rec)
+        return out
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        futures = {
+            pool.submit(_grade_in_worker, str(assignment.course.root), assignment.name, str(p), students.get(p), isolation): p
+            for p in paths
+        }
+        for fut in as_completed(futures):
+            p = futures[fut]
+            rec = Record.from_dict(fut.result())
+            out[p] = rec
+            if on_result:
+                on_result(p, rec)
+    return out
+
+
+def collect_points(assignment: Assignment, *, hidden: bool = True) -> dict[str, float]:
+    """Points per category, from the tests' markers (nothing is run)."""
+    import pytest
+
+    from grader.plugin import GradingPlugin
+
+    plugin = GradingPlugin(submission=None, reference=None, seed=0, visibility_of={})
+    paths = [assignment.public_tests] + ([assignment.hidden_tests] if hidden else [])
+    pytest.main(
+        [*(str(p) for p in paths if p.exists()), "--collect-only", "-c", os.devnull, "--rootdir",
+         str(assignment.course.root), "--import-mode=importlib", "-p", "no:cacheprovider", "-p", "no:terminal"],
+        plugins=[plugin],
+    )
+    if plugin.errors:
+        from grader.config import ConfigError
+
+        raise ConfigError("; ".join(plugin.errors))
+    points: dict[str, float] = {}
+    for meta in plugin._meta.values():
+        points[meta.category] = round(points.get(meta.category, 0.0) + meta.points, 6)
+    from grader.record import CATEGORIES
+
+    return {c: points[c] for c in CATEGORIES if c in points}

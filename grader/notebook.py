@@ -1,0 +1,150 @@
+"""Reading submissions: validation and normalization with nbformat, and source inspection."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import nbformat
+
+MAX_NOTEBOOK_BYTES = 64 * 1024 * 1024
+
+
+class NotebookError(Exception):
+    """The file is not a usable notebook; the message names the file and the problem."""
+
+
+@dataclass(frozen=True)
+class LoadedNotebook:
+    path: Path
+    node: Any  # nbformat.NotebookNode
+    sha256: str
+
+    def to_json(self) -> str:
+        return nbformat.writes(self.node)
+
+    @property
+    def assignment(self) -> str | None:
+        meta = self.node.get("metadata", {}).get("jaxgrade", {})
+        name = meta.get("assignment") if isinstance(meta, dict) else None
+        return name if isinstance(name, str) else None
+
+    def code_cells(self) -> list[str]:
+        return [c.source for c in self.node.cells if c.cell_type == "code"]
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def load_notebook(path: Path) -> LoadedNotebook:
+    """Read, upgrade to the current v4 minor, fill missing cell ids, and validate."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise NotebookError(f"{path}: cannot read the file ({exc.strerror})") from None
+    if size > MAX_NOTEBOOK_BYTES:
+        raise NotebookError(f"{path}: the file is {size / 2**20:.0f} MiB, over the {MAX_NOTEBOOK_BYTES >> 20} MiB limit")
+    raw = path.read_bytes()
+    digest = hashlib.sha256(raw).hexdigest()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise NotebookError(f"{path}: is not a notebook: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise NotebookError(f"{path}: is not a notebook: invalid JSON at line {exc.lineno}, column {exc.colno} ({exc.msg})") from None
+    if not isinstance(data, dict) or "cells" not in data and "worksheets" not in data:
+        raise NotebookError(f"{path}: is not a notebook: JSON without a 'cells' list")
+    major = data.get("nbformat")
+    if major not in (3, 4):
+        raise NotebookError(f"{path}: unsupported nbformat version {major!r} (expected 4)")
+    try:
+        node = nbformat.reads(text, as_version=4, capture_validation_error=None)
+        if node.get("nbformat_minor", 0) < nbformat.v4.nbformat_minor:
+            node.nbformat_minor = nbformat.v4.nbformat_minor
+        _, node = nbformat.validator.normalize(node)
+        node = nbformat.from_dict(node)
+        nbformat.validate(node)
+    except nbformat.ValidationError as exc:
+        raise NotebookError(f"{path}: is not a valid notebook: {exc.message}") from None
+    except Exception as exc:  # noqa: BLE001 - nbformat raises many types for malformed input
+        raise NotebookError(f"{path}: is not a valid notebook: {exc}") from None
+    return LoadedNotebook(path, node, digest)
+
+
+def _python_source(cell: str) -> str:
+    """Cell source with IPython syntax (magics, !shell) turned into plain Python."""
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+
+        return TransformerManager().transform_cell(cell)
+    except Exception:  # noqa: BLE001 - fall back to the raw text
+        return cell
+
+
+def definition_sources(cells: list[str], name: str) -> list[str]:
+    """Source text of every top-level definition or assignment of ``name`` in the cells."""
+    found: list[str] = []
+    for cell in cells:
+        src = _python_source(cell)
+        try:
+            tree = ast.parse(src)
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            targets: list[str] = []
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                targets = [node.name]
+            elif isinstance(node, ast.Assign):
+                targets = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                targets = [node.target.id]
+            if name in targets:
+                seg = ast.get_source_segment(src, node)
+                if seg:
+                    found.append(seg)
+    return found
+
+
+def mentions(sources: list[str], word: str) -> bool:
+    """Whether any of the sources uses ``word`` as a name or attribute (not in comments/strings)."""
+    for src in sources:
+        try:
+            tree = ast.parse(src)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and node.id == word:
+                return True
+            if isinstance(node, ast.Attribute) and node.attr == word:
+                return True
+            if isinstance(node, ast.alias) and (node.name.split(".")[-1] == word or node.asname == word):
+                return True
+    return False
+
+
+def notebook_from_script(source: str, assignment: str | None = None) -> Any:
+    """A notebook whose code cells are the script's ``# %%`` sections (for references and mutants)."""
+    cells: list[list[str]] = [[]]
+    for line in source.splitlines():
+        if line.startswith("# %%"):
+            cells.append([])
+            continue
+        cells[-1].append(line)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("\n".join(c).strip("\n")) for c in cells if "".join(c).strip()]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    if assignment:
+        nb.metadata["jaxgrade"] = {"assignment": assignment}
+    return nb

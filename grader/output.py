@@ -1,0 +1,68 @@
+"""Writing results: per-student JSON records and the grades CSV, atomically."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from grader.record import CATEGORIES, Record
+
+_SAFE = re.compile(r"[^A-Za-z0-9._@+-]+")
+
+
+def safe_name(student: str) -> str:
+    """A file name for a student id (no path separators, no leading dots)."""
+    name = _SAFE.sub("_", student).strip("._") or "student"
+    return name[:150]
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_record(out_dir: Path, record: Record) -> Path:
+    path = out_dir / "results" / f"{safe_name(record.student)}.json"
+    write_atomic(path, record.to_json() + "\n")
+    return path
+
+
+def spreadsheet_safe(value: str) -> str:
+    """Quote cells that a spreadsheet would run as a formula."""
+    return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
+
+
+def grades_csv(records: list[Record]) -> str:
+    cats = [c for c in CATEGORIES if any(c in r.categories() for r in records)]
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["student", "assignment", "score", "max_score", "status", *cats, "submission_sha256", "message"])
+    for r in sorted(records, key=lambda r: r.student):
+        per = r.categories()
+        w.writerow(
+            [
+                spreadsheet_safe(r.student),
+                r.assignment,
+                f"{r.score:g}",
+                f"{r.max_score:g}",
+                r.status,
+                *(f"{per[c][0]:g}" if c in per else "" for c in cats),
+                r.submission_sha256,
+                spreadsheet_safe(r.message[:300]),
+            ]
+        )
+    return buf.getvalue()

@@ -1,0 +1,60 @@
+"""The ``submission`` fixture: a proxy whose calls go to the student's sandbox."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grader.notebook import LoadedNotebook, definition_sources
+from grader.session import CallResult, ExportResult, MissingName, Session
+
+
+class _Function:
+    def __init__(self, owner: Submission, name: str) -> None:
+        self._owner = owner
+        self._name = name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._owner.call(self._name, *args, **kwargs).value
+
+    def __repr__(self) -> str:
+        return f"<student function {self._name}>"
+
+
+class Submission:
+    """``submission.f(*args)`` calls the student's ``f`` in the sandbox and returns validated data."""
+
+    def __init__(self, session: Session, notebook: LoadedNotebook | None = None) -> None:
+        self._session = session
+        self._notebook = notebook
+        self._probe_cache: dict[str, dict[str, Any]] = {}
+
+    def __getattr__(self, name: str) -> _Function:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return _Function(self, name)
+
+    def call(self, name: str, *args: Any, repeat: int = 1, readonly: bool = False, **kwargs: Any) -> CallResult:
+        return self._session.call(name, *args, repeat=repeat, readonly=readonly, **kwargs)
+
+    def export(self, name: str, specs: list[tuple[str, str]], static: dict[str, Any] | None = None) -> ExportResult:
+        return self._session.export(name, specs, static)
+
+    def evaluate(self, name: str, module: bytes, *args: Any) -> tuple[Any, dict[str, Any]]:
+        return self._session.evaluate(name, module, *args)
+
+    def probe(self, name: str) -> dict[str, Any]:
+        if name not in self._probe_cache:
+            self._probe_cache.update(self._session.probe([name]))
+        return self._probe_cache.get(name, {"exists": False})
+
+    def require(self, *names: str) -> None:
+        """Fail with a message naming the first missing function."""
+        for name in names:
+            if not self.probe(name).get("exists"):
+                raise MissingName(name)
+
+    def sources(self, name: str) -> list[str]:
+        """The notebook's source for ``name`` (read on the trusted side, from the file itself)."""
+        if self._notebook is None:
+            return []
+        return definition_sources(self._notebook.code_cells(), name)
