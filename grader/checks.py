@@ -157,7 +157,9 @@ def _close(actual: Any, expected: Any, path: str, rtol: float | None, atol: floa
     nan_exp, nan_act = np.isnan(exp64), np.isnan(act64)
     with np.errstate(invalid="ignore", over="ignore"):
         err = np.abs(act64 - exp64)
-        ok = (err <= a + r * np.abs(exp64)) | (nan_exp & nan_act) | ((act64 == exp64) & ~nan_exp)
+        finite_exp = np.isfinite(exp64)
+        ok = np.where(finite_exp, err <= a + r * np.abs(np.where(finite_exp, exp64, 0)), act64 == exp64)
+        ok |= nan_exp & nan_act
     ok &= ~(nan_act & ~nan_exp)
     if not np.all(ok):
         bad = ~ok

@@ -1,0 +1,185 @@
+"""Unit tests for grader.checks against a fake submission (no sandbox)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from grader.checks import (
+    CheckFailure,
+    assert_close,
+    check_is_jitted,
+    check_jit,
+    check_no_vmap,
+    check_pure,
+    check_vectorized,
+)
+from grader.session import CallResult, ExportResult, Location, MissingName, StudentRaised
+
+
+class FakeSubmission:
+    """Answers like the real proxy, from plain Python functions."""
+
+    def __init__(self, funcs: dict[str, Any], *, export_error: StudentRaised | None = None,
+                 vmap_used: bool = False, mutate: bool = False, jitted: bool = True,
+                 compiled: Any = None, sources: dict[str, list[str]] | None = None) -> None:
+        self.funcs = funcs
+        self.export_error = export_error
+        self.vmap_used = vmap_used
+        self.mutate = mutate
+        self.jitted = jitted
+        self.compiled = compiled
+        self._sources = sources or {}
+        self.calls = 0
+
+    def call(self, name: str, *args: Any, repeat: int = 1, readonly: bool = False, **kw: Any) -> CallResult:
+        if name not in self.funcs:
+            raise MissingName(name)
+        vals = []
+        for _ in range(repeat):
+            self.calls += 1
+            vals.append(np.asarray(self.funcs[name](*args, **kw)))
+        return CallResult(vals, (0,) if self.mutate else (), self.vmap_used, ())
+
+    def export(self, name: str, specs: list[tuple[str, str]], static: Any = None) -> ExportResult:
+        if self.export_error is not None:
+            raise self.export_error
+        return ExportResult(b"module", False)
+
+    def evaluate(self, name: str, module: bytes, *args: Any) -> tuple[Any, dict[str, Any]]:
+        f = self.compiled or self.funcs[name]
+        return np.asarray(f(*args)), {}
+
+    def probe(self, name: str) -> dict[str, Any]:
+        if name not in self.funcs:
+            return {"exists": False}
+        return {"exists": True, "jitted": self.jitted, "type": "builtins.function"}
+
+    def sources(self, name: str) -> list[str]:
+        return self._sources.get(name, [])
+
+
+def test_assert_close_accepts_float32_noise() -> None:
+    x = np.linspace(-3, 3, 50, dtype=np.float32)
+    assert_close(x * (1 + 1e-7), x.astype(np.float64))
+
+
+def test_assert_close_names_largest_error_and_index() -> None:
+    exp = np.zeros((2, 3), np.float32)
+    act = exp.copy()
+    act[1, 2] = 0.5
+    with pytest.raises(CheckFailure) as e:
+        assert_close(act, exp, name="out")
+    assert e.value.message == (
+        "out: 1 of 6 values differ (rtol=1e-05, atol=1e-06); largest error 0.5 at index (1, 2): "
+        "got np.float32(0.5), expected np.float32(0.0)"
+    )
+
+
+def test_assert_close_shape_message_and_axis_hint() -> None:
+    with pytest.raises(CheckFailure) as e:
+        assert_close(np.zeros((7, 3)), np.zeros((3, 7)), name="batched_convolve_axis1")
+    assert e.value.message == "batched_convolve_axis1: shape (7, 3) differs from the expected shape (3, 7)"
+    assert "in_axes" in e.value.hint
+
+
+def test_assert_close_dtype_kind() -> None:
+    with pytest.raises(CheckFailure, match="dtype int32 differs from the expected dtype float32"):
+        assert_close(np.zeros(3, np.int32), np.zeros(3, np.float32))
+
+
+def test_assert_close_structure() -> None:
+    with pytest.raises(CheckFailure, match=r"result: expected a tuple of length 2, got a list of length 2"):
+        assert_close([np.zeros(1), np.zeros(1)], (np.zeros(1), np.zeros(1)))
+    with pytest.raises(CheckFailure, match=r"missing \['b'\], unexpected \['c'\]"):
+        assert_close({"a": 1.0, "c": 2.0}, {"a": 1.0, "b": 2.0})
+    with pytest.raises(CheckFailure, match=r"result\['a'\]\[1\]: shape"):
+        assert_close({"a": [np.zeros(2), np.zeros(3)]}, {"a": [np.zeros(2), np.zeros(4)]})
+
+
+def test_assert_close_nan_must_match() -> None:
+    assert_close(np.array([np.nan, 1.0]), np.array([np.nan, 1.0]))
+    with pytest.raises(CheckFailure):
+        assert_close(np.array([np.nan, 1.0]), np.array([0.0, 1.0]))
+    with pytest.raises(CheckFailure):
+        assert_close(np.array([0.0, 1.0]), np.array([np.nan, 1.0]))
+    with pytest.raises(CheckFailure):
+        assert_close(np.array([np.inf]), np.array([-np.inf]))
+
+
+def test_assert_close_rejects_non_arrays_for_arrays() -> None:
+    with pytest.raises(CheckFailure, match="got str"):
+        assert_close("anything", np.zeros(3))
+    with pytest.raises(CheckFailure, match="got NoneType"):
+        assert_close(None, np.zeros(3))
+
+
+def test_assert_close_jax_reference() -> None:
+    jnp = pytest.importorskip("jax.numpy")
+    assert_close(np.arange(3.0, dtype=np.float32), jnp.arange(3.0))
+
+
+def _conv(xs: np.ndarray, ws: np.ndarray) -> np.ndarray:
+    return xs[:, :-2] * ws[:, :1] + xs[:, 1:-1] * ws[:, 1:2] + xs[:, 2:] * ws[:, 2:]
+
+
+ARGS = (np.ones((2, 5), np.float32), np.ones((2, 3), np.float32))
+
+
+def test_check_jit_passes_and_reports_tracing_error_with_hint() -> None:
+    check_jit(FakeSubmission({"f": _conv}), "f", ARGS)
+    err = StudentRaised("f", "TracerBoolConversionError", "Attempted boolean conversion", Location(2, 3, "if x > 0:"))
+    with pytest.raises(CheckFailure) as e:
+        check_jit(FakeSubmission({"f": _conv}, export_error=err), "f", ARGS)
+    assert e.value.message == (
+        "`f` does not work under jax.jit: TracerBoolConversionError at cell 3, line 3: `if x > 0:`: "
+        "Attempted boolean conversion"
+    )
+    assert "jnp.where" in e.value.hint and "static_argnames" in e.value.hint
+
+
+def test_check_jit_compiled_disagrees_with_eager() -> None:
+    sub = FakeSubmission({"f": _conv}, compiled=lambda a, b: _conv(a, b) + 1)
+    with pytest.raises(CheckFailure, match="compiled function disagrees with the eager one"):
+        check_jit(sub, "f", ARGS)
+
+
+def test_check_vectorized() -> None:
+    cases = [ARGS, (np.ones((5, 5), np.float32), np.ones((5, 3), np.float32))]
+    check_vectorized(FakeSubmission({"f": _conv}), "f", [("B, 5", "float32"), ("B, 3", "float32")], cases)
+    err = StudentRaised("f", "TypeError", "'_DimExpr' object cannot be interpreted as an integer", Location(1, 4, "for b in range(xs.shape[0]):"))
+    with pytest.raises(CheckFailure) as e:
+        check_vectorized(FakeSubmission({"f": _conv}, export_error=err), "f", [("B, 5", "float32")], cases)
+    assert e.value.message.startswith("`f` is not vectorized over the batch")
+    assert "line 4: `for b in range(xs.shape[0]):`" in e.value.message
+    assert "jax.vmap" in e.value.hint
+
+
+def test_check_pure_detects_mutation_and_state() -> None:
+    check_pure(FakeSubmission({"f": _conv}), "f", ARGS)
+    with pytest.raises(CheckFailure, match="modified its input argument #1 in place"):
+        check_pure(FakeSubmission({"f": _conv}, mutate=True), "f", ARGS)
+    counter = iter(range(100))
+    with pytest.raises(CheckFailure, match="different result when called again"):
+        check_pure(FakeSubmission({"f": lambda a, b: _conv(a, b) + next(counter)}), "f", ARGS)
+    cb = StudentRaised("f", "NotImplementedError", "serialization of host_callbacks is not yet implemented", None)
+    with pytest.raises(CheckFailure, match="calls back into Python"):
+        check_pure(FakeSubmission({"f": _conv}, export_error=cb), "f", ARGS)
+
+
+def test_check_is_jitted_and_missing() -> None:
+    check_is_jitted(FakeSubmission({"f": _conv}), "f")
+    with pytest.raises(CheckFailure, match="not a jax.jit-compiled function"):
+        check_is_jitted(FakeSubmission({"f": _conv}, jitted=False), "f")
+    with pytest.raises(MissingName, match="`g` is not defined in the notebook"):
+        check_is_jitted(FakeSubmission({"f": _conv}), "g")
+
+
+def test_check_no_vmap_runtime_and_source() -> None:
+    check_no_vmap(FakeSubmission({"f": _conv}, sources={"f": ["def f(xs, ws):\n    return xs  # no vmap here"]}), "f", ARGS)
+    with pytest.raises(CheckFailure, match="uses jax.vmap"):
+        check_no_vmap(FakeSubmission({"f": _conv}, vmap_used=True), "f", ARGS)
+    with pytest.raises(CheckFailure, match="uses jax.vmap"):
+        check_no_vmap(FakeSubmission({"f": _conv}, sources={"f": ["f = jax.vmap(convolve)"]}), "f", ARGS)

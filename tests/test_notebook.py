@@ -1,0 +1,93 @@
+"""Reading and normalizing submissions, and inspecting their source (trusted side)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from grader.notebook import NotebookError, definition_sources, load_notebook, mentions, notebook_from_script
+
+
+def _write(path: Path, data: object) -> Path:
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def test_not_json_names_file_and_problem(tmp_path: Path) -> None:
+    p = tmp_path / "hw.ipynb"
+    p.write_text("this is not json {", encoding="utf-8")
+    with pytest.raises(NotebookError) as e:
+        load_notebook(p)
+    assert str(e.value) == f"{p}: is not a notebook: invalid JSON at line 1, column 1 (Expecting value)"
+
+
+def test_json_without_cells(tmp_path: Path) -> None:
+    with pytest.raises(NotebookError, match="JSON without a 'cells' list"):
+        load_notebook(_write(tmp_path / "a.ipynb", {"hello": 1}))
+
+
+def test_binary_file(tmp_path: Path) -> None:
+    p = tmp_path / "b.ipynb"
+    p.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(NotebookError, match="not UTF-8 text"):
+        load_notebook(p)
+
+
+def test_invalid_notebook_schema(tmp_path: Path) -> None:
+    data = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [{"cell_type": "code"}]}
+    with pytest.raises(NotebookError, match="is not a valid notebook"):
+        load_notebook(_write(tmp_path / "c.ipynb", data))
+
+
+def test_old_minor_without_ids_is_normalized(tmp_path: Path) -> None:
+    data = {
+        "nbformat": 4,
+        "nbformat_minor": 2,
+        "metadata": {"jaxgrade": {"assignment": "vmap_convolve"}},
+        "cells": [
+            {"cell_type": "code", "metadata": {}, "source": ["x = 1\n", "y = 2"], "outputs": [], "execution_count": None},
+            {"cell_type": "markdown", "metadata": {}, "source": "# hi"},
+        ],
+    }
+    nb = load_notebook(_write(tmp_path / "old.ipynb", data))
+    assert nb.node.nbformat_minor == nbformat.v4.nbformat_minor
+    assert all(c.get("id") for c in nb.node.cells)
+    assert nb.assignment == "vmap_convolve"
+    assert nb.code_cells() == ["x = 1\ny = 2"]
+    assert len(nb.sha256) == 64
+
+
+def test_unsupported_major(tmp_path: Path) -> None:
+    with pytest.raises(NotebookError, match="unsupported nbformat version 5"):
+        load_notebook(_write(tmp_path / "d.ipynb", {"nbformat": 5, "cells": []}))
+
+
+def test_real_colab_notebook_loads() -> None:
+    nb = load_notebook(Path(__file__).parent / "corpus" / "real" / "jax_basics_colab.ipynb")
+    assert nb.assignment is None
+    assert len(nb.code_cells()) > 10
+
+
+def test_definition_sources_and_mentions() -> None:
+    cells = [
+        "import jax\n%timeit 1+1\n!echo hi",
+        "def manual(xs, ws):\n    # vmap would be easier\n    return xs * 'vmap'",
+        "batched = jax.vmap(convolve)",
+        "from jax import vmap as vm\nother = vm(convolve)",
+    ]
+    manual = definition_sources(cells, "manual")
+    assert manual and manual[0].startswith("def manual")
+    assert not mentions(manual, "vmap")  # comments and strings do not count
+    assert mentions(definition_sources(cells, "batched"), "vmap")
+    assert mentions(["from jax import vmap as vm"], "vmap")
+    assert definition_sources(cells, "missing") == []
+
+
+def test_notebook_from_script_splits_cells() -> None:
+    nb = notebook_from_script("import jax\n# %%\ndef f():\n    return 1\n\n# %% another\nx = f()\n", "toy")
+    assert [c.source for c in nb.cells] == ["import jax", "def f():\n    return 1", "x = f()"]
+    assert nb.metadata["jaxgrade"] == {"assignment": "toy"}
+    nbformat.validate(nb)
