@@ -282,4 +282,4 @@ if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
 
 
-__all__ = ["main", "build_parser", "collect_submissions", "json"]
+__all__ = ["build_parser", "collect_submissions", "json", "main"]

@@ -7,18 +7,19 @@ Student failures become data in the record; only a bug in the grader raises.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grader import __version__
-from grader.notebook import LoadedNotebook, NotebookError, load_notebook
+from grader.notebook import NotebookError, load_notebook
 from grader.record import Record, total
 from grader.sandbox import choose_isolation
 
@@ -72,18 +73,38 @@ def run_tests(
     )
     args = [
         *(str(p) for p in paths if p.exists()),
-        "-c", os.devnull,
-        "--rootdir", str(assignment.course.root),
+        "-c",
+        os.devnull,
+        "--rootdir",
+        str(assignment.course.root),
         "--import-mode=importlib",
-        "-p", "no:cacheprovider",
-        "-p", "no:terminal",
-        "-p", "no:stepwise",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:terminal",
+        "-p",
+        "no:stepwise",
     ]
-    code = pytest.main(args, plugins=[plugin])
+    with _fresh_test_modules(paths):
+        code = pytest.main(args, plugins=[plugin])
     errors = list(plugin.errors)
     if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
         errors.append(f"pytest could not run the tests (exit code {int(code)}: {pytest.ExitCode(code).name})")
     return plugin.finish(), errors
+
+
+@contextlib.contextmanager
+def _fresh_test_modules(paths: list[Path]) -> Iterator[None]:
+    """Forget test modules imported from ``paths`` afterwards: pytest's importlib mode names them by
+    their path relative to the rootdir, so another course's tests would otherwise be shadowed."""
+    roots = [str(p.resolve()) for p in paths]
+    try:
+        yield
+    finally:
+        for name, mod in list(sys.modules.items()):
+            f = getattr(mod, "__file__", None) or ""
+            if any(f.startswith(r + os.sep) for r in roots):
+                del sys.modules[name]
 
 
 def grade_notebook(
@@ -216,7 +237,9 @@ def grade_many(
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
         futures = {
-            pool.submit(_grade_in_worker, str(assignment.course.root), assignment.name, str(p), students.get(p), isolation): p
+            pool.submit(
+                _grade_in_worker, str(assignment.course.root), assignment.name, str(p), students.get(p), isolation
+            ): p
             for p in paths
         }
         for fut in as_completed(futures):
@@ -236,11 +259,23 @@ def collect_points(assignment: Assignment, *, hidden: bool = True) -> dict[str, 
 
     plugin = GradingPlugin(submission=None, reference=None, seed=0, visibility_of={})
     paths = [assignment.public_tests] + ([assignment.hidden_tests] if hidden else [])
-    pytest.main(
-        [*(str(p) for p in paths if p.exists()), "--collect-only", "-c", os.devnull, "--rootdir",
-         str(assignment.course.root), "--import-mode=importlib", "-p", "no:cacheprovider", "-p", "no:terminal"],
-        plugins=[plugin],
-    )
+    with _fresh_test_modules(paths):
+        pytest.main(
+            [
+                *(str(p) for p in paths if p.exists()),
+                "--collect-only",
+                "-c",
+                os.devnull,
+                "--rootdir",
+                str(assignment.course.root),
+                "--import-mode=importlib",
+                "-p",
+                "no:cacheprovider",
+                "-p",
+                "no:terminal",
+            ],
+            plugins=[plugin],
+        )
     if plugin.errors:
         from grader.config import ConfigError
 

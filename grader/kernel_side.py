@@ -224,6 +224,15 @@ def serve(req_path: str, resp_path: str) -> None:
         frag = {}
     resp.update(frag)
     resp["id"] = header.get("id")
+    try:
+        _write_response(resp_path, resp, blob)
+    except OSError as exc:  # the file size limit (EFBIG) or a full disk: the value is too large
+        small = {"ok": False, "unsendable": f"the value is too large to send ({len(blob)} bytes: {exc})"[:1000]}
+        small["id"] = header.get("id")
+        _write_response(resp_path, small, b"")
+
+
+def _write_response(resp_path: str, resp: dict[str, Any], blob: bytes) -> None:
     tmp = resp_path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:

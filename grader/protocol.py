@@ -126,6 +126,8 @@ def read_frame(
         header = json.loads(_read_exact(fd, hlen, deadline))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ProtocolError(f"frame header is not JSON: {exc}") from None
+    except RecursionError:
+        raise ProtocolError("frame header is nested too deeply") from None
     if not isinstance(header, dict):
         raise ProtocolError("frame header is not a JSON object")
     payload = _read_exact(fd, plen, deadline) if plen else b""
@@ -151,7 +153,7 @@ class ValueEncoder:
 
     def _add_array(self, arr: np.ndarray) -> int:
         buf = io.BytesIO()
-        np.lib.format.write_array(buf, np.ascontiguousarray(arr), allow_pickle=False)
+        np.lib.format.write_array(buf, np.asarray(arr, order="C"), allow_pickle=False)  # keeps 0-d shapes
         data = buf.getvalue()
         self._chunks.append(data)
         self._lengths.append(len(data))
@@ -251,6 +253,8 @@ def _load_arrays(lengths: Any, payload: bytes, limits: Limits) -> list[np.ndarra
             raise ProtocolError(f"bad npy record: {exc}") from None
         if dtype.kind not in NUMERIC_KINDS or dtype.hasobject or dtype.fields is not None:
             raise ProtocolError(f"array dtype {dtype} is not a plain numeric dtype")
+        if any(d < 0 for d in shape):
+            raise ProtocolError(f"npy record has a negative dimension in shape {shape}")
         count = math.prod(shape)
         if count * dtype.itemsize > limits.max_array_bytes:
             raise ProtocolError(

@@ -239,6 +239,8 @@ class SandboxProcess:
                 args += ["--symlink", os.readlink(link), link]
             elif os.path.isdir(link):
                 args += ["--ro-bind", link, link]
+        # bwrap would create /etc for the binds below with mode 0700: unreadable once we are nobody
+        args += ["--perms", "0755", "--dir", "/etc"]
         for f in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/hosts", "/etc/nsswitch.conf"):
             if os.path.exists(f):
                 args += ["--ro-bind", f, f]

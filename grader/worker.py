@@ -270,15 +270,17 @@ def _locate(tb: list[str], exec_map: dict[int, int], cells: list[Any], index: in
     found = None
     current = None
     for block in tb:
+        in_cell = False  # each block is one frame: only a notebook frame's arrow is the student's line
         for line in block.splitlines():
             m = _CELL_LOC.search(line)
             if m:
                 count = int(m.group(1) or m.group(2))
                 current = exec_map.get(count, index if count not in exec_map else None)
                 found = {"cell": current, "lineno": int(m.group(3)) if m.group(3) else None}
+                in_cell = True
                 continue
             m2 = _CELL_LINE.match(line)
-            if m2 and found is not None:
+            if m2 and found is not None and in_cell:
                 found["lineno"] = int(m2.group(1))
     if found and found.get("cell") is not None and found.get("lineno"):
         cell = cells[found["cell"]]

@@ -1,0 +1,138 @@
+"""The command line: exact messages for bad input, and check/grade/list on real notebooks."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from grader.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "tests" / "corpus" / "vmap_convolve"
+REAL = ROOT / "tests" / "corpus" / "real" / "jax_basics_colab.ipynb"
+FUNCTIONS = [
+    "batched_convolve",
+    "batched_convolve_shared_w",
+    "batched_convolve_axis1",
+    "fast_batched_convolve",
+    "manually_vectorized_convolve",
+]
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["--course", str(ROOT), *argv], out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_check_missing_file() -> None:
+    code, _, err = run("check", "nope.ipynb")
+    assert code == 2
+    assert err == (
+        "jaxgrade: error: nope.ipynb: no such file\n"
+        "TIP: Pass the path of your notebook, e.g. `jaxgrade check hw.ipynb`.\n"
+    )
+
+
+def test_check_without_metadata_asks_for_assignment(tmp_path: Path) -> None:
+    nb = tmp_path / "hw.ipynb"
+    shutil.copy(REAL, nb)
+    code, _, err = run("check", str(nb))
+    assert code == 2
+    assert err == (
+        f"jaxgrade: error: {nb}: the notebook does not say which assignment it is (no 'jaxgrade' metadata)\n"
+        "TIP: Pass it explicitly: `jaxgrade check NOTEBOOK --assignment NAME` (see `jaxgrade list`).\n"
+    )
+
+
+def test_check_not_a_notebook(tmp_path: Path) -> None:
+    bad = tmp_path / "hw.ipynb"
+    bad.write_text("this is not json {")
+    code, _, err = run("check", str(bad))
+    assert code == 2
+    assert err.startswith(f"jaxgrade: error: {bad}: is not a notebook: invalid JSON at line 1, column 1")
+
+
+def test_unknown_assignment_suggests(tmp_path: Path) -> None:
+    code, _, err = run("grade", "--assignment", "vmap_convolv", "--out", str(tmp_path), str(tmp_path))
+    assert code == 2
+    assert "assignments.vmap_convolv: no such assignment; did you mean 'vmap_convolve'?" in err
+
+
+def test_grade_missing_path(tmp_path: Path) -> None:
+    code, _, err = run("grade", "--assignment", "vmap_convolve", "--out", str(tmp_path / "o"), str(tmp_path / "none"))
+    assert code == 2
+    assert err.endswith(f"jaxgrade: error: {tmp_path / 'none'}: no such file or directory\nTIP: Pass notebooks or folders of notebooks.\n")
+
+
+def test_grade_two_notebooks_for_one_student(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    for d in ("a", "b"):
+        shutil.copy(CORPUS / "correct_vmap.ipynb", tmp_path / d / "alice.ipynb")
+    code, _, err = run("grade", "--assignment", "vmap_convolve", "--out", str(tmp_path / "o"), str(tmp_path))
+    assert code == 2
+    assert "two submissions for student 'alice'" in err
+
+
+def test_list_shows_points_per_category() -> None:
+    code, out, _ = run("list")
+    assert code == 0
+    line = next(ln for ln in out.splitlines() if ln.startswith("vmap_convolve"))
+    assert "Vectorization with vmap" in line
+    for cat in ("numerics", "jit", "vectorization", "purity"):
+        assert cat in line
+
+
+@pytest.mark.slow
+def test_check_starter_names_every_missing_function() -> None:
+    code, out, _ = run("check", str(ROOT / "assignments" / "vmap_convolve" / "vmap_convolve.ipynb"))
+    assert code == 1
+    missing = next(ln for ln in out.splitlines() if ln.strip().startswith("missing:"))
+    for name in FUNCTIONS:
+        assert name in missing
+    for name in FUNCTIONS:
+        assert f"`{name}` is not defined in the notebook" in out
+
+
+@pytest.mark.slow
+def test_check_correct_notebook_passes_and_json() -> None:
+    code, out, _ = run("check", str(CORPUS / "correct_vmap.ipynb"), "--json")
+    assert code == 0
+    rec = json.loads(out)
+    assert rec["status"] == "graded" and rec["score"] == rec["max_score"] > 0
+    assert {t["visibility"] for t in rec["tests"]} == {"visible"}  # public tests only
+
+
+@pytest.mark.slow
+def test_check_real_colab_notebook_does_not_crash() -> None:
+    """The seed tutorial's Colab export: pip cells, display, errors on purpose, Korean text."""
+    code, out, _ = run("check", str(REAL), "--assignment", "vmap_convolve")
+    assert code == 1
+    missing = next(ln for ln in out.splitlines() if ln.strip().startswith("missing:"))
+    assert all(name in missing for name in FUNCTIONS)
+    assert "TypeError" in out  # the cell that raises on purpose (jax.grad of a tuple-valued function)
+
+
+@pytest.mark.slow
+def test_grade_folder_with_a_broken_file(tmp_path: Path) -> None:
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    shutil.copy(CORPUS / "correct_vmap.ipynb", subs / "alice.ipynb")
+    (subs / "bob.ipynb").write_text("this is not json {")
+    out_dir = tmp_path / "out"
+    code, _, err = run("grade", "--assignment", "vmap_convolve", "--out", str(out_dir), "--jobs", "1", str(subs))
+    assert code == 0, err
+    alice = json.loads((out_dir / "results" / "alice.json").read_text())
+    bob = json.loads((out_dir / "results" / "bob.json").read_text())
+    assert alice["status"] == "graded" and alice["score"] == alice["max_score"] == 40
+    assert {t["category"] for t in alice["tests"]} == {"numerics", "jit", "vectorization", "purity"}
+    assert bob["status"] == "error" and str(subs / "bob.ipynb") in bob["message"]
+    rows = list(csv.DictReader((out_dir / "grades.csv").open()))
+    assert [(r["student"], r["score"], r["status"]) for r in rows] == [("alice", "40", "graded"), ("bob", "0", "error")]
+    assert "[2/2]" in err
