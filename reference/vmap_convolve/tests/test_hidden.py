@@ -94,45 +94,45 @@ def test_manually_vectorized_convolve_numerics(submission, reference, rng, B, N)
 # --------------------------------------------------------------------------- vectorization (10)
 
 
-def check_batch_vectorized(submission, rng, name, N=9):
+def check_batch_vectorized(submission, reference, rng, name, N=9):
     """One trace with a symbolic batch size, evaluated for several concrete batch sizes."""
     cases = [make_args(rng, name, B, N) for B in (1, 5, 64)]
-    check_vectorized(submission, name, symbolic_specs(name, N), cases)
+    check_vectorized(submission, name, symbolic_specs(name, N), cases, reference=getattr(reference, name))
 
 
 @pytest.mark.category("vectorization")
 @pytest.mark.points(2)
-def test_batched_convolve_vectorized(submission, rng):
+def test_batched_convolve_vectorized(submission, reference, rng):
     """batched_convolve is vectorized: no Python loop over the batch."""
-    check_batch_vectorized(submission, rng, "batched_convolve")
+    check_batch_vectorized(submission, reference, rng, "batched_convolve")
 
 
 @pytest.mark.category("vectorization")
 @pytest.mark.points(2)
-def test_batched_convolve_shared_w_vectorized(submission, rng):
+def test_batched_convolve_shared_w_vectorized(submission, reference, rng):
     """batched_convolve_shared_w is vectorized: no Python loop over the batch."""
-    check_batch_vectorized(submission, rng, "batched_convolve_shared_w")
+    check_batch_vectorized(submission, reference, rng, "batched_convolve_shared_w")
 
 
 @pytest.mark.category("vectorization")
 @pytest.mark.points(2)
-def test_batched_convolve_axis1_vectorized(submission, rng):
+def test_batched_convolve_axis1_vectorized(submission, reference, rng):
     """batched_convolve_axis1 is vectorized over axis 1: no Python loop over the batch."""
-    check_batch_vectorized(submission, rng, "batched_convolve_axis1")
+    check_batch_vectorized(submission, reference, rng, "batched_convolve_axis1")
 
 
 @pytest.mark.category("vectorization")
 @pytest.mark.points(1)
-def test_fast_batched_convolve_vectorized(submission, rng):
+def test_fast_batched_convolve_vectorized(submission, reference, rng):
     """fast_batched_convolve is vectorized: no Python loop over the batch."""
-    check_batch_vectorized(submission, rng, "fast_batched_convolve")
+    check_batch_vectorized(submission, reference, rng, "fast_batched_convolve")
 
 
 @pytest.mark.category("vectorization")
 @pytest.mark.points(1)
-def test_manually_vectorized_convolve_vectorized(submission, rng):
+def test_manually_vectorized_convolve_vectorized(submission, reference, rng):
     """manually_vectorized_convolve is vectorized: no Python loop over the batch."""
-    check_batch_vectorized(submission, rng, "manually_vectorized_convolve")
+    check_batch_vectorized(submission, reference, rng, "manually_vectorized_convolve")
 
 
 @pytest.mark.category("vectorization")
@@ -148,9 +148,9 @@ def test_manually_vectorized_convolve_no_vmap(submission, rng):
 @pytest.mark.category("jit")
 @pytest.mark.points(4)
 @pytest.mark.parametrize("name", FUNCTIONS)
-def test_works_under_jit(submission, rng, name):
+def test_works_under_jit(submission, reference, rng, name):
     """The function works under jax.jit and gives its eager result."""
-    check_jit(submission, name, make_args(rng, name, 7, 11))
+    check_jit(submission, name, make_args(rng, name, 7, 11), reference=getattr(reference, name))
 
 
 @pytest.mark.category("jit")
