@@ -1,0 +1,47 @@
+"""Shared fixtures for the harness's own tests (keep this small)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = Path(__file__).resolve().parent / "notebooks"
+
+if str(REPO) not in sys.path:  # the package is importable without `pip install -e .`
+    sys.path.insert(0, str(REPO))
+
+
+def build_notebook(*sources: str) -> str:
+    """The JSON text of a notebook with one code cell per source string."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in sources]
+    return nbformat.writes(nb)
+
+
+@pytest.fixture(scope="session")
+def make_notebook():
+    """``make_notebook("x = 1", "def f(): ...")`` -> notebook JSON text."""
+    return build_notebook
+
+
+@pytest.fixture(scope="session")
+def notebook_text():
+    """``notebook_text("probes.ipynb")`` -> the text of a committed test notebook."""
+
+    def read(name: str) -> str:
+        return (NOTEBOOKS / name).read_text(encoding="utf-8")
+
+    return read
+
+
+@pytest.fixture(scope="session")
+def isolation() -> str:
+    """The strongest isolation this machine offers ("bwrap", else "process")."""
+    from grader.sandbox import choose_isolation
+
+    return choose_isolation("auto")
