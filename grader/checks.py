@@ -316,8 +316,12 @@ def check_is_jitted(submission: Any, name: str) -> None:
 
         raise MissingName(name)
     if not info.get("jitted"):
+        kind = str(info.get("type", "value"))
+        what = {"builtins.function": "a plain Python function", "functools.partial": "a functools.partial"}.get(
+            kind, f"a {kind}"
+        )
         raise CheckFailure(
-            f"`{name}` is a {info.get('type', 'value')}, not a jax.jit-compiled function",
+            f"`{name}` is {what}, not a jax.jit-compiled function",
             f"Wrap it: `{name} = jax.jit(...)`, or decorate the function with `@jax.jit`.",
         )
 

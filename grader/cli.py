@@ -18,6 +18,7 @@ from typing import TextIO
 from grader import __version__
 from grader.config import Assignment, ConfigError, find_course_root, load_course
 from grader.record import Record
+from grader.sandbox import SandboxSetupError
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -93,7 +94,9 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         try:
             name = load_notebook(path).assignment
         except NotebookError as exc:
-            raise CliError(str(exc), "Open the notebook in Jupyter and save it again, or re-download the starter.") from None
+            raise CliError(
+                str(exc), "Open the notebook in Jupyter and save it again, or re-download the starter."
+            ) from None
         if name is None:
             raise CliError(
                 f"{path}: the notebook does not say which assignment it is (no 'jaxgrade' metadata)",
@@ -119,9 +122,7 @@ def collect_submissions(inputs: list[str]) -> list[tuple[Path, str]]:
     for raw in inputs:
         p = Path(raw)
         if p.is_dir():
-            found += sorted(
-                q for q in p.rglob("*.ipynb") if ".ipynb_checkpoints" not in q.parts and q.is_file()
-            )
+            found += sorted(q for q in p.rglob("*.ipynb") if ".ipynb_checkpoints" not in q.parts and q.is_file())
         elif p.is_file():
             found.append(p)
         else:
@@ -273,6 +274,8 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
         return int(args.func(args, out, err))
     except (CliError, ConfigError) as exc:
         return _fail(exc, err)
+    except SandboxSetupError as exc:
+        return _fail(CliError(str(exc), "See the README's section on installing jaxgrade for grading."), err)
     except KeyboardInterrupt:
         print("jaxgrade: interrupted; results written so far are kept", file=err)
         return 130

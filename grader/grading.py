@@ -146,7 +146,13 @@ def grade_notebook(
     named = nb.assignment
     if named and named != assignment.name:
         rec.message = f"the notebook's metadata names assignment {named!r}; graded as {assignment.name!r}"
-    session = Session(nb.to_json(), limits=assignment.limits, isolation=iso, env=_env_for(assignment))
+    session = Session(
+        nb.to_json(),
+        limits=assignment.limits,
+        isolation=iso,
+        env=_env_for(assignment),
+        protect=(assignment.course.root / "reference", assignment.reference_dir, path.parent),
+    )
     try:
         session.start()
         report = session.execute()

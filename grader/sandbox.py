@@ -31,10 +31,18 @@ log = logging.getLogger(__name__)
 
 Isolation = Literal["bwrap", "process"]
 NOBODY = 65534
+#: Host uids for sandboxes when the grader runs as root: one per concurrent sandbox, so that
+#: RLIMIT_NPROC (counted per uid) is a per-sandbox budget and sandboxes cannot signal each other.
+SANDBOX_UID_BASE = 300_000
+SANDBOX_UID_COUNT = 4096
 SANDBOX_ROOT = "/sandbox"
 GRADER_MOUNT = "/opt/jaxgrade"
 GiB = 1024**3
 MiB = 1024**2
+
+
+class SandboxSetupError(RuntimeError):
+    """The sandbox cannot be built safely on this machine (a staff/installation problem)."""
 
 
 @dataclass(frozen=True)
@@ -52,12 +60,14 @@ class Limits:
     output_cap: int = 20_000  # characters of printed output kept per cell
     max_restarts: int = 3
 
-    def worker_args(self) -> list[str]:
+    def worker_args(self, nproc_offset: int = 0) -> list[str]:
+        """The worker's rlimit flags; ``nproc_offset`` adds the processes the uid already has
+        (RLIMIT_NPROC counts every process of the uid, not only the sandbox's)."""
         return [
             f"--as-bytes={self.memory_bytes}",
             f"--fsize={self.max_file_bytes}",
             f"--cpu={self.cpu_seconds}",
-            f"--nproc={self.max_processes}",
+            f"--nproc={self.max_processes + nproc_offset}",
             f"--nofile={self.max_open_files}",
         ]
 
@@ -175,8 +185,10 @@ class SandboxProcess:
         limits: Limits,
         isolation: Isolation,
         env: dict[str, str] | None = None,
+        protect: tuple[Path, ...] = (),
     ) -> None:
         self.module = module
+        self.protect = tuple(Path(p).resolve() for p in protect)
         self.scratch = Path(scratch)
         self.limits = limits
         self.isolation = isolation
@@ -184,23 +196,34 @@ class SandboxProcess:
         self.marker = uuid.uuid4().hex
         self.proc: subprocess.Popen[bytes] | None = None
         self._fds: list[int] = []
+        self.uid = NOBODY
+        self._uid_lease = UidLease()
 
     # -- lifecycle
     def start(self) -> None:
         for sub in ("runtime", "tmp"):
             (self.scratch / ".jaxgrade" / sub).mkdir(parents=True, exist_ok=True)
-        if _runs_as_root() and self.isolation == "bwrap":  # the sandbox runs as nobody
-            for dirpath, dirnames, filenames in os.walk(self.scratch):
-                os.chown(dirpath, NOBODY, NOBODY)
+        if _runs_as_root() and self.isolation == "bwrap":  # the sandbox runs as its own uid
+            self.uid = self._uid_lease.acquire()
+            for dirpath, _, filenames in os.walk(self.scratch):
+                os.chown(dirpath, self.uid, self.uid)
                 for f in filenames:
-                    os.chown(os.path.join(dirpath, f), NOBODY, NOBODY)
+                    os.chown(os.path.join(dirpath, f), self.uid, self.uid)
         inner_scratch = SANDBOX_ROOT if self.isolation == "bwrap" else str(self.scratch)
         env = sandbox_env(self.isolation, str(self.scratch), self.extra_env)
         env["JAXGRADE_SANDBOX"] = self.marker
-        cmd = [sys.executable, "-s", "-m", self.module, f"--scratch={inner_scratch}", *self.limits.worker_args()]
+        shared_uid = not (_runs_as_root() and self.isolation == "bwrap")
+        offset = _count_processes(os.getuid()) if shared_uid else 0
+        cmd = [sys.executable, "-s", "-m", self.module, f"--scratch={inner_scratch}", *self.limits.worker_args(offset)]
         kwargs: dict[str, Any] = {}
         if self.isolation == "bwrap":
-            cmd = self._bwrap_prefix(env) + cmd
+            try:
+                cmd = self._bwrap_prefix(env) + cmd
+            except BaseException:
+                for fd in self._fds:
+                    os.close(fd)
+                self._fds = []
+                raise
             kwargs["pass_fds"] = tuple(self._fds)
             popen_env: dict[str, str] | None = {"PATH": "/usr/bin:/bin"}
             cwd = "/"
@@ -230,7 +253,16 @@ class SandboxProcess:
         args = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
         if as_root:
             # capabilities are all cleared when setpriv switches to nobody
-            args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_DAC_OVERRIDE"]
+            args += [
+                "--cap-drop",
+                "ALL",
+                "--cap-add",
+                "CAP_SETUID",
+                "--cap-add",
+                "CAP_SETGID",
+                "--cap-add",
+                "CAP_DAC_OVERRIDE",
+            ]
         else:
             args += ["--unshare-user", "--disable-userns", "--uid", "1000", "--gid", "1000"]
         args += ["--die-with-parent", "--new-session", "--hostname", "sandbox", "--ro-bind", "/usr", "/usr"]
@@ -246,12 +278,19 @@ class SandboxProcess:
                 args += ["--ro-bind", f, f]
         if os.path.isdir("/etc/ld.so.conf.d"):
             args += ["--ro-bind", "/etc/ld.so.conf.d", "/etc/ld.so.conf.d"]
-        uid = NOBODY if as_root else 1000
+        uid = self.uid if as_root else 1000
         args += ["--file", str(self._data_fd(f"student:x:{uid}:{uid}:student:/sandbox:/bin/sh\n")), "/etc/passwd"]
         made: set[str] = {"/", "/usr", "/tmp", "/etc"}
         binds = [(r, r) for r in _python_roots() if not r.startswith("/usr/")]
         binds.append((grader_package_dir(), f"{GRADER_MOUNT}/grader"))
         for src, dest in binds:
+            for secret in self.protect:
+                if secret == Path(src) or Path(src) in secret.parents:
+                    raise SandboxSetupError(
+                        f"the sandbox would expose {secret}: it lies inside {src}, which the sandbox must "
+                        "mount (the Python installation or the grader package). Install jaxgrade in a "
+                        "virtual environment outside the course directory."
+                    )
             args += _parents(dest, made)
             args += ["--ro-bind", src, dest]
         args += ["--bind", str(self.scratch), SANDBOX_ROOT]
@@ -260,8 +299,15 @@ class SandboxProcess:
         for k, v in env.items():
             args += ["--setenv", k, v]
         if as_root:
-            args += ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-                     "--bounding-set=-all", "--inh-caps=-all", "--"]
+            args += [
+                "setpriv",
+                f"--reuid={self.uid}",
+                f"--regid={self.uid}",
+                "--clear-groups",
+                "--bounding-set=-all",
+                "--inh-caps=-all",
+                "--",
+            ]
         return args
 
     def _data_fd(self, text: str) -> int:
@@ -302,6 +348,7 @@ class SandboxProcess:
             log.error("sandbox process %s did not exit after SIGKILL", self.proc.pid)
         if self.isolation == "process":
             sweep_marker(self.marker)
+        self._uid_lease.release()
 
     # -- framed I/O
     def send(self, header: dict[str, Any], payload: bytes = b"") -> None:
@@ -316,6 +363,61 @@ class SandboxProcess:
         return protocol.read_frame(
             self.proc.stdout.fileno(), deadline=time.monotonic() + timeout, max_payload=max_payload
         )
+
+
+class UidLease:
+    """A host uid reserved for one sandbox (an flock on a file per uid, across processes)."""
+
+    def __init__(self) -> None:
+        self._fd: int | None = None
+
+    def acquire(self) -> int:
+        import fcntl
+        import random
+
+        lock_dir = Path(tempfile.gettempdir()) / "jaxgrade-uids"
+        lock_dir.mkdir(mode=0o700, exist_ok=True)
+        start = random.randrange(SANDBOX_UID_COUNT)
+        for i in range(SANDBOX_UID_COUNT):
+            uid = SANDBOX_UID_BASE + (start + i) % SANDBOX_UID_COUNT
+            fd = os.open(lock_dir / str(uid), os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            if _uid_has_processes(uid):  # a leftover of a grader killed with SIGKILL
+                os.close(fd)
+                continue
+            self._fd = fd
+            return uid
+        raise SandboxSetupError(f"all {SANDBOX_UID_COUNT} sandbox uids are in use")
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _count_processes(uid: int, stop_at: int | None = None) -> int:
+    """Processes (thread groups) and their threads owned by ``uid``, as RLIMIT_NPROC counts them."""
+    n = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid != uid:
+                continue
+            n += len(os.listdir(f"/proc/{entry}/task"))
+        except OSError:
+            continue
+        if stop_at is not None and n >= stop_at:
+            break
+    return n
+
+
+def _uid_has_processes(uid: int) -> bool:
+    return _count_processes(uid, stop_at=1) > 0
 
 
 def sweep_marker(marker: str) -> int:

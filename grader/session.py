@@ -193,8 +193,10 @@ class Session:
         limits: Limits | None = None,
         isolation: Isolation = "bwrap",
         env: dict[str, str] | None = None,
+        protect: tuple[Path, ...] = (),
     ) -> None:
         self.notebook_json = notebook_json
+        self.protect = protect
         self.limits = limits or Limits()
         self.isolation = isolation
         self.env = env or {}
@@ -221,11 +223,13 @@ class Session:
         self.deadline = time.monotonic() + self.limits.wall_timeout
         self.scratch = make_scratch("jaxgrade-sub-")
         (self.scratch / NOTEBOOK_NAME).write_text(self.notebook_json, encoding="utf-8")
-        self.worker = SandboxProcess("grader.worker", self.scratch, self.limits, self.isolation, self.env)
+        self.worker = SandboxProcess("grader.worker", self.scratch, self.limits, self.isolation, self.env, self.protect)
         self.worker.start()
         # the evaluator starts (imports jax) while the notebook runs, off the critical path
         self.eval_scratch = make_scratch("jaxgrade-eval-")
-        self.evaluator = SandboxProcess("grader.evaluator", self.eval_scratch, self.limits, self.isolation, self.env)
+        self.evaluator = SandboxProcess(
+            "grader.evaluator", self.eval_scratch, self.limits, self.isolation, self.env, self.protect
+        )
         self.evaluator.start()
         self._evaluator_ready = False
         self.worker.send(
@@ -300,7 +304,9 @@ class Session:
         if self.worker is not None:
             self.worker.kill()
 
-    def _request(self, op: str, values: dict[str, Any], timeout: float, **fields: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    def _request(
+        self, op: str, values: dict[str, Any], timeout: float, **fields: Any
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         if self._lost:
             raise SandboxLost(f"not run: {self._lost}")
         assert self.worker is not None
@@ -393,12 +399,18 @@ class Session:
             values=values,
             mutated=tuple(i for i in mutated if type(i) is int) if isinstance(mutated, list) else (),
             vmap_used=resp.get("vmap_used") is True,
-            elapsed=tuple(float(e) for e in elapsed if isinstance(e, (int, float))) if isinstance(elapsed, list) else (),
+            elapsed=tuple(float(e) for e in elapsed if isinstance(e, (int, float)))
+            if isinstance(elapsed, list)
+            else (),
         )
 
     def export(self, name: str, specs: list[tuple[str, str]], static: dict[str, Any] | None = None) -> ExportResult:
         resp, out = self._request(
-            "export", {"static": dict(static or {})}, self.limits.call_timeout, name=name, specs=[list(s) for s in specs]
+            "export",
+            {"static": dict(static or {})},
+            self.limits.call_timeout,
+            name=name,
+            specs=[list(s) for s in specs],
         )
         self._raise_for(name, resp, "export")
         module = out.get("module")
@@ -415,7 +427,9 @@ class Session:
                 self.evaluator.kill()
             if self.eval_scratch is None:
                 self.eval_scratch = make_scratch("jaxgrade-eval-")
-            self.evaluator = SandboxProcess("grader.evaluator", self.eval_scratch, self.limits, self.isolation, self.env)
+            self.evaluator = SandboxProcess(
+                "grader.evaluator", self.eval_scratch, self.limits, self.isolation, self.env, self.protect
+            )
             self.evaluator.start()
         ready, _ = self.evaluator.recv(120.0)
         if not ready.get("ok"):
@@ -423,7 +437,9 @@ class Session:
         self._evaluator_ready = True
         return self.evaluator
 
-    def evaluate(self, name: str, module: bytes, *args: Any, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
+    def evaluate(
+        self, name: str, module: bytes, *args: Any, timeout: float | None = None
+    ) -> tuple[Any, dict[str, Any]]:
         """Run an exported module on inputs in the evaluator; returns (value, info)."""
         ev = self._evaluator()
         self._next_id += 1

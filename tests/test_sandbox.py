@@ -90,8 +90,9 @@ def test_runs_as_a_different_uid(jail):
     uid, euid, gid, egid = jail.call("ids").value
     assert uid != os.getuid() and euid != os.geteuid()
     assert uid != 0 and euid != 0 and gid != 0 and egid != 0
-    if AS_ROOT:
-        assert (uid, euid, gid, egid) == (sandbox.NOBODY,) * 4
+    if AS_ROOT:  # a host uid of its own, from the sandbox range
+        assert uid == euid == gid == egid
+        assert sandbox.SANDBOX_UID_BASE <= uid < sandbox.SANDBOX_UID_BASE + sandbox.SANDBOX_UID_COUNT
     # its /etc/passwd names that uid (tools that look up the user work) and is not the host's
     passwd = jail.call("try_read", "/etc/passwd").value
     assert passwd.startswith(f"student:x:{uid}:"), passwd
@@ -298,3 +299,13 @@ def test_choose_isolation_prefers_bwrap_when_it_works():
     if not HAVE_BWRAP:
         with pytest.raises(RuntimeError):
             sandbox.choose_isolation("bwrap")
+
+
+@needs_bwrap
+def test_refuses_to_mount_a_python_that_contains_protected_files(tmp_path: Path) -> None:
+    """A venv created inside the course directory would expose reference/: refuse to start."""
+    secret = Path(sys.prefix) / "reference"
+    proc = sandbox.SandboxProcess("grader.worker", tmp_path, Limits(), "bwrap", protect=(secret,))
+    with pytest.raises(sandbox.SandboxSetupError, match="the sandbox would expose"):
+        proc.start()
+    assert proc.proc is None
