@@ -99,7 +99,9 @@ def assert_close(
 def _close(actual: Any, expected: Any, path: str, rtol: float | None, atol: float | None, exact: bool) -> None:
     if isinstance(expected, dict):
         if not isinstance(actual, dict):
-            raise CheckFailure(f"{path}: expected a dict with keys {sorted(map(str, expected))}, got {_describe(actual)}")
+            raise CheckFailure(
+                f"{path}: expected a dict with keys {sorted(map(str, expected))}, got {_describe(actual)}"
+            )
         if set(actual) != set(expected):
             missing, extra = sorted(set(expected) - set(actual)), sorted(set(actual) - set(expected))
             raise CheckFailure(f"{path}: dict keys differ (missing {missing}, unexpected {extra})")
@@ -108,7 +110,9 @@ def _close(actual: Any, expected: Any, path: str, rtol: float | None, atol: floa
         return
     if isinstance(expected, (list, tuple)):
         if type(actual) is not type(expected):
-            raise CheckFailure(f"{path}: expected a {type(expected).__name__} of length {len(expected)}, got {_describe(actual)}")
+            raise CheckFailure(
+                f"{path}: expected a {type(expected).__name__} of length {len(expected)}, got {_describe(actual)}"
+            )
         if len(actual) != len(expected):
             raise CheckFailure(f"{path}: expected length {len(expected)}, got length {len(actual)}")
         for i, (a, e) in enumerate(zip(actual, expected)):
@@ -340,3 +344,88 @@ def check_no_vmap(submission: Any, name: str, args: tuple[Any, ...] | list[Any])
 def _first(text: str) -> str:
     lines = [ln for ln in str(text).splitlines() if ln.strip()]
     return (lines[0] if lines else "")[:300]
+
+
+# --------------------------------------------------------------------------- retracing and compiles
+
+
+def _calls(calls: list[Any]) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+    out = []
+    for c in calls:
+        if isinstance(c, tuple) and len(c) == 2 and isinstance(c[1], dict) and isinstance(c[0], tuple):
+            out.append(c)
+        else:
+            out.append((tuple(c) if isinstance(c, (tuple, list)) else (c,), {}))
+    return out
+
+
+def _describe_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    parts = [
+        f"array{tuple(np.shape(a))}"
+        if isinstance(a, np.ndarray) and a.ndim
+        else repr(a if not isinstance(a, np.generic) else a.item())
+        for a in args
+    ]
+    parts += [f"{k}={v!r}" for k, v in kwargs.items()]
+    return "(" + ", ".join(parts) + ")"
+
+
+def check_traces_once(submission: Any, name: str, calls: list[Any], *, static: tuple[str, ...] = ()) -> None:
+    """Under one ``jax.jit``, calls with arguments of one shape and dtype trace ``name`` once.
+
+    ``calls`` are argument tuples (or ``(args, kwargs)`` pairs); the count is measured in the
+    sandbox with a counting wrapper and returned as data."""
+    res = submission.count(name, _calls(calls), "traces", static)
+    total = sum(res.counts)
+    if total > 1:
+        raise CheckFailure(
+            f"under one jax.jit, `{name}` was traced {total} times for {len(calls)} calls whose arguments "
+            "differ only in value (same shapes and dtypes); it should be traced once",
+            "Each trace means the function's Python code depends on a value, not only on its shape: "
+            "a Python `if`/`while` on the value, `float(x)`/`int(x)`, or a value passed as a static "
+            "argument. Use `jnp.where`/`lax.cond`/`lax.fori_loop` so one trace serves every value.",
+        )
+
+
+def check_recompiles(
+    submission: Any,
+    name: str,
+    calls: list[Any],
+    expect: list[bool | None],
+) -> None:
+    """Per call, whether ``name`` must compile (True), must not (False) or may (None).
+
+    Compilations are XLA compilations counted in the sandbox from JAX's monitoring events."""
+    plan = _calls(calls)
+    if len(expect) != len(plan):
+        raise ValueError("expect needs one entry per call")
+    res = submission.count(name, plan, "compiles")
+    for i, (n, want) in enumerate(zip(res.counts, expect, strict=True)):
+        args, kwargs = plan[i]
+        call = f"{name}{_describe_call(args, kwargs)}"
+        if want is True and n == 0:
+            raise CheckFailure(
+                f"call {i + 1}, `{call}`, did not compile again although its static argument changed",
+                "An argument that changes the program (a loop count, a shape) must be static: "
+                "`jax.jit(g, static_argnames='n')`, so each new value gets its own compilation.",
+            )
+        if want is False and n > 0:
+            raise CheckFailure(
+                f"call {i + 1}, `{call}`, compiled again ({n} compilation{'s' if n > 1 else ''}) although "
+                "only the values of traced arguments changed",
+                "Mark only the arguments that change the program as static; arrays should be traced, "
+                "so new values reuse the compiled code.",
+            )
+
+
+def check_compile_count(submission: Any, name: str, calls: list[Any], *, at_most: int) -> None:
+    """All of ``calls`` together cause at most ``at_most`` XLA compilations."""
+    plan = _calls(calls)
+    res = submission.count(name, plan, "compiles")
+    total = sum(res.counts)
+    if total > at_most:
+        raise CheckFailure(
+            f"{len(plan)} calls of `{name}` caused {total} XLA compilations; at most {at_most} expected",
+            "Create each jitted function once, outside the loop: `jax.jit(lambda ...)` or "
+            "`jax.jit(partial(...))` inside a loop makes a new function, and a new compilation, every time.",
+        )

@@ -43,8 +43,12 @@ def _student_location(tb: Any) -> dict[str, Any] | None:
         fname = frame.f_code.co_filename
         if fname in fmap or fname.startswith("<ipython-input-"):
             text = linecache.getline(fname, lineno).strip()
-            found = {"exec_count": fmap.get(fname), "lineno": lineno, "text": text[:300],
-                     "function": frame.f_code.co_name}
+            found = {
+                "exec_count": fmap.get(fname),
+                "lineno": lineno,
+                "text": text[:300],
+                "function": frame.f_code.co_name,
+            }
     return found
 
 
@@ -163,7 +167,7 @@ def _op_call(req: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, Any
     results = []
     snaps = _snapshot(args)
     elapsed = []
-    with _VmapWatch() as watch:
+    with _key_reuse(bool(req.get("key_reuse"))), _VmapWatch() as watch:
         for _ in range(repeat):
             t0 = time.perf_counter()
             out = fn(*args, **kwargs)
@@ -201,7 +205,74 @@ def _op_export(req: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, A
     return {"ok": True, "vmap_used": watch.used}, {"module": np.frombuffer(bytes(blob), dtype=np.uint8)}
 
 
-_OPS = {"probe": _op_probe, "call": _op_call, "export": _op_export}
+def _key_reuse(on: bool) -> Any:
+    """JAX's key-reuse checker (it sees typed keys only) around a call, when asked for."""
+    import contextlib
+
+    if not on:
+        return contextlib.nullcontext()
+    import jax
+
+    return jax.debug_key_reuse(True)
+
+
+_COMPILES = [0]
+_LISTENING = [False]
+
+
+def _listen_for_compiles() -> None:
+    if _LISTENING[0]:
+        return
+    from jax import monitoring
+
+    def on_event(name: str, duration: float, **kwargs: Any) -> None:
+        if name == "/jax/core/compile/backend_compile_duration":
+            _COMPILES[0] += 1
+
+    monitoring.register_event_duration_secs_listener(on_event)
+    _LISTENING[0] = True
+
+
+def _op_count(req: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Per call, how many times the function was traced (under one jax.jit of a counting wrapper)
+    or how many XLA compilations it caused (JAX's monitoring events)."""
+    import jax
+
+    fn = _lookup(req["name"])
+    calls = values.get("calls", [])
+    how = req.get("how")
+    counts: list[int] = []
+    results: dict[str, Any] = {}
+    if how == "traces":
+        traced = [0]
+
+        def wrapper(*a: Any, **k: Any) -> Any:
+            traced[0] += 1
+            return fn(*a, **k)
+
+        target = jax.jit(wrapper, static_argnames=tuple(req.get("static", ())) or None)
+        for i, call in enumerate(calls):
+            before = traced[0]
+            out = jax.block_until_ready(target(*_to_key_if_needed(call["args"]), **call.get("kwargs", {})))
+            counts.append(traced[0] - before)
+            results[f"result{i}"] = out
+    elif how == "compiles":
+        _listen_for_compiles()
+        for i, call in enumerate(calls):
+            before = _COMPILES[0]
+            out = fn(*_to_key_if_needed(call["args"]), **call.get("kwargs", {}))
+            try:
+                out = jax.block_until_ready(out)
+            except Exception:  # noqa: S110 - not arrays: sent as they are
+                pass
+            counts.append(_COMPILES[0] - before)
+            results[f"result{i}"] = out
+    else:
+        raise ValueError(f"unknown count {how!r}")
+    return {"ok": True, "counts": counts}, results
+
+
+_OPS = {"probe": _op_probe, "call": _op_call, "export": _op_export, "count": _op_count}
 
 
 def serve(req_path: str, resp_path: str) -> None:

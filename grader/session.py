@@ -148,6 +148,12 @@ class CallResult:
 
 
 @dataclass(frozen=True)
+class CountResult:
+    counts: tuple[int, ...]
+    values: list[Any]
+
+
+@dataclass(frozen=True)
 class ExportResult:
     module: bytes
     vmap_used: bool
@@ -378,6 +384,7 @@ class Session:
         *args: Any,
         repeat: int = 1,
         readonly: bool = False,
+        key_reuse: bool = False,
         timeout: float | None = None,
         **kwargs: Any,
     ) -> CallResult:
@@ -388,6 +395,7 @@ class Session:
             name=name,
             repeat=repeat,
             readonly=readonly,
+            key_reuse=key_reuse,
         )
         self._raise_for(name, resp)
         values = [out.get(f"result{i}") for i in range(repeat)]
@@ -403,6 +411,25 @@ class Session:
             if isinstance(elapsed, list)
             else (),
         )
+
+    def count(
+        self,
+        name: str,
+        calls: list[tuple[tuple[Any, ...], dict[str, Any]]],
+        how: str,
+        static: tuple[str, ...] = (),
+    ) -> CountResult:
+        """Run ``calls`` in order and count, per call, traces (``how="traces"``: under one
+        ``jax.jit`` of a counting wrapper) or XLA compilations (``how="compiles"``)."""
+        payload = {"calls": [{"args": list(a), "kwargs": dict(k)} for a, k in calls]}
+        resp, out = self._request(
+            "count", payload, self.limits.call_timeout * max(1, len(calls)), name=name, how=how, static=list(static)
+        )
+        self._raise_for(name, resp)
+        counts = resp.get("counts")
+        if not isinstance(counts, list) or len(counts) != len(calls) or not all(type(c) is int for c in counts):
+            raise BadValue(f"the sandbox sent malformed counts for `{name}`")
+        return CountResult(tuple(counts), [out.get(f"result{i}") for i in range(len(calls))])
 
     def export(self, name: str, specs: list[tuple[str, str]], static: dict[str, Any] | None = None) -> ExportResult:
         resp, out = self._request(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from grader.notebook import LoadedNotebook, definition_sources
-from grader.session import CallResult, ExportResult, MissingName, Session
+from grader.session import CallResult, CountResult, ExportResult, MissingName, Session
 
 
 class _Function:
@@ -33,8 +33,19 @@ class Submission:
             raise AttributeError(name)
         return _Function(self, name)
 
-    def call(self, name: str, *args: Any, repeat: int = 1, readonly: bool = False, **kwargs: Any) -> CallResult:
-        return self._session.call(name, *args, repeat=repeat, readonly=readonly, **kwargs)
+    def call(
+        self, name: str, *args: Any, repeat: int = 1, readonly: bool = False, key_reuse: bool = False, **kwargs: Any
+    ) -> CallResult:
+        return self._session.call(name, *args, repeat=repeat, readonly=readonly, key_reuse=key_reuse, **kwargs)
+
+    def count(
+        self,
+        name: str,
+        calls: list[tuple[tuple[Any, ...], dict[str, Any]]],
+        how: str,
+        static: tuple[str, ...] = (),
+    ) -> CountResult:
+        return self._session.count(name, calls, how, static)
 
     def export(self, name: str, specs: list[tuple[str, str]], static: dict[str, Any] | None = None) -> ExportResult:
         return self._session.export(name, specs, static)
