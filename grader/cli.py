@@ -62,6 +62,8 @@ def _render_check(rec: Record, out: TextIO) -> None:
         if c.get("line"):
             where += f", line {c['line']}"
         what = f"{c.get('ename')}: {c.get('evalue', '')}" if c.get("ename") else c.get("message", c["status"])
+        if c.get("strays"):
+            what += f" (left {c['strays']} process(es) running; they were killed)"
         src = f"  `{c['source']}`" if c.get("source") else ""
         print(f"  {where}: {c['status']}: {what.splitlines()[0] if what else ''}{src}", file=out)
     if rec.missing:

@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cpu", type=int)
     p.add_argument("--nproc", type=int)
     p.add_argument("--nofile", type=int)
+    p.add_argument("--pid-namespace", action="store_true")
     args = p.parse_args(argv)
     apply_limits(args)
     proto_in, proto_out = os.dup(0), os.dup(1)

@@ -52,14 +52,12 @@ HINTS: tuple[Hint, ...] = (
     ),
     Hint(
         "NonConcreteBooleanIndexError",
-        "Boolean-mask indexing (`x[x < 0]`) gives an array whose size depends on the values, which "
-        "jit cannot compile.",
+        "Boolean-mask indexing (`x[x < 0]`) gives an array whose size depends on the values, which jit cannot compile.",
         "Use `jnp.where(mask, new, x)` or `x.at[...]` with fixed-size indices, which keep the shape fixed.",
     ),
     Hint(
         "UnexpectedTracerError",
-        "A tracer escaped from a transformed function, usually through a global variable or a list "
-        "kept between calls.",
+        "A tracer escaped from a transformed function, usually through a global variable or a list kept between calls.",
         "Return values instead of storing them in globals; pass state in and out explicitly.",
     ),
     Hint(

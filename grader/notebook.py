@@ -54,7 +54,9 @@ def load_notebook(path: Path) -> LoadedNotebook:
     except OSError as exc:
         raise NotebookError(f"{path}: cannot read the file ({exc.strerror})") from None
     if size > MAX_NOTEBOOK_BYTES:
-        raise NotebookError(f"{path}: the file is {size / 2**20:.0f} MiB, over the {MAX_NOTEBOOK_BYTES >> 20} MiB limit")
+        raise NotebookError(
+            f"{path}: the file is {size / 2**20:.0f} MiB, over the {MAX_NOTEBOOK_BYTES >> 20} MiB limit"
+        )
     raw = path.read_bytes()
     digest = hashlib.sha256(raw).hexdigest()
     try:
@@ -64,7 +66,9 @@ def load_notebook(path: Path) -> LoadedNotebook:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise NotebookError(f"{path}: is not a notebook: invalid JSON at line {exc.lineno}, column {exc.colno} ({exc.msg})") from None
+        raise NotebookError(
+            f"{path}: is not a notebook: invalid JSON at line {exc.lineno}, column {exc.colno} ({exc.msg})"
+        ) from None
     if not isinstance(data, dict) or "cells" not in data and "worksheets" not in data:
         raise NotebookError(f"{path}: is not a notebook: JSON without a 'cells' list")
     major = data.get("nbformat")

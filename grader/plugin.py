@@ -52,7 +52,9 @@ def read_meta(item: pytest.Item, share: int, default_visibility: str) -> TestMet
 
         close = difflib.get_close_matches(str(got), CATEGORIES, n=1)
         tip = f" - maybe you meant {close[0]!r}?" if close else ""
-        raise MarkerError(f"{item.nodeid}: @pytest.mark.category must be one of {', '.join(CATEGORIES)}, got {got!r}{tip}")
+        raise MarkerError(
+            f"{item.nodeid}: @pytest.mark.category must be one of {', '.join(CATEGORIES)}, got {got!r}{tip}"
+        )
     visibility = "visible" if item.get_closest_marker("visible") else default_visibility
     doc = getattr(getattr(item, "function", None), "__doc__", None) or ""
     title = doc.strip().splitlines()[0] if doc.strip() else ""
@@ -98,7 +100,9 @@ class GradingPlugin:
         for m in MARKERS:
             config.addinivalue_line("markers", m)
 
-    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    def pytest_collection_modifyitems(
+        self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
         counts = Counter(self._group(it) for it in items)
         for it in items:
             vis = "visible"
@@ -126,7 +130,9 @@ class GradingPlugin:
     @pytest.fixture
     def reference(self) -> Any:
         if self._reference is None:
-            raise RuntimeError("the reference solution is not available here (student bundle): public tests must not use it")
+            raise RuntimeError(
+                "the reference solution is not available here (student bundle): public tests must not use it"
+            )
         return self._reference
 
     @pytest.fixture

@@ -214,7 +214,15 @@ class SandboxProcess:
         env["JAXGRADE_SANDBOX"] = self.marker
         shared_uid = not (_runs_as_root() and self.isolation == "bwrap")
         offset = _count_processes(os.getuid()) if shared_uid else 0
-        cmd = [sys.executable, "-s", "-m", self.module, f"--scratch={inner_scratch}", *self.limits.worker_args(offset)]
+        cmd = [
+            sys.executable,
+            "-s",
+            "-m",
+            self.module,
+            f"--scratch={inner_scratch}",
+            *self.limits.worker_args(offset),
+            *(["--pid-namespace"] if self.isolation == "bwrap" else []),
+        ]
         kwargs: dict[str, Any] = {}
         if self.isolation == "bwrap":
             try:

@@ -108,9 +108,12 @@ class CellRecord:
     message: str = ""
     duration: float | None = None
     output: str = ""
+    strays: int = 0  # processes the cell left running, killed after it
 
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"index": self.index, "status": self.status}
+        if self.strays:
+            d["strays"] = self.strays
         for key in ("ename", "evalue", "message", "output"):
             if getattr(self, key):
                 d[key] = getattr(self, key)
@@ -132,7 +135,7 @@ class ExecutionReport:
     message: str = ""
 
     def problems(self) -> list[CellRecord]:
-        return [c for c in self.cells if c.status != "ok"]
+        return [c for c in self.cells if c.status != "ok" or c.strays]
 
 
 @dataclass(frozen=True)
@@ -186,6 +189,7 @@ def _cell_from(raw: Any) -> CellRecord:
         message=str(raw.get("message", ""))[:1000],
         duration=float(raw["duration"]) if isinstance(raw.get("duration"), (int, float)) else None,
         output=str(raw.get("output", ""))[:20000],
+        strays=raw["strays"] if type(raw.get("strays")) is int else 0,
     )
 
 
@@ -216,6 +220,7 @@ class Session:
         self._lost: str | None = None
         self._next_id = 0
         self._evaluator_ready = False
+        self.kernel_restarts = 0
         self.timings: dict[str, float] = {}
 
     # ------------------------------------------------------------------ lifecycle
@@ -333,6 +338,8 @@ class Session:
         except protocol.ProtocolError as exc:
             self._lose(f"the sandbox sent something that is not valid data ({exc})")
             raise SandboxLost(self._lost or "") from None
+        if resp.get("restarted") is True:
+            self.kernel_restarts += 1
         if isinstance(resp.get("exec_map"), dict):
             self.exec_map = _exec_map(resp["exec_map"])
         return resp, out
@@ -343,6 +350,13 @@ class Session:
         if resp.get("ok") is True:
             return
         if "missing" in resp:
+            restarts = (self.report.restarts if self.report else 0) + self.kernel_restarts
+            if restarts:
+                raise MissingName(
+                    name,
+                    f"The kernel had to be restarted {restarts} time(s) after a crash or a hang (see the cell "
+                    f"errors), and `{name}` was not defined again when the notebook's cells were replayed.",
+                )
             raise MissingName(name)
         if resp.get("timeout"):
             extra = "" if resp.get("restarted") is None else " (the kernel had to be restarted)"

@@ -58,7 +58,9 @@ def mutant_category(path: Path) -> str:
 
 def _summary(rec: Record) -> str:
     cats = ", ".join(f"{c} {s:g}/{m:g}" for c, (s, m) in rec.categories().items())
-    return f"{rec.score:g}/{rec.max_score:g} ({cats})" + (f" [{rec.status}: {rec.message[:80]}]" if rec.status != "graded" else "")
+    return f"{rec.score:g}/{rec.max_score:g} ({cats})" + (
+        f" [{rec.status}: {rec.message[:80]}]" if rec.status != "graded" else ""
+    )
 
 
 def _crashed(rec: Record) -> str:
@@ -81,7 +83,9 @@ def validate(assignment: Assignment, *, jobs: int = 2, isolation: str = "auto") 
         subjects[starter] = ("starter", None)
         mutants = sorted(assignment.mutants_dir.glob("*.py")) if assignment.mutants_dir.is_dir() else []
         if not mutants:
-            report.outcomes.append(Outcome("mutants", "at least one mutant", False, f"none in {assignment.mutants_dir}"))
+            report.outcomes.append(
+                Outcome("mutants", "at least one mutant", False, f"none in {assignment.mutants_dir}")
+            )
         for m in mutants:
             cat = mutant_category(m)
             nb_path = tmp / f"mutant_{m.stem}.ipynb"

@@ -16,6 +16,7 @@ import argparse
 import os
 import re
 import resource
+import signal
 import sys
 import time
 import traceback
@@ -104,6 +105,7 @@ class NotebookRunner:
         self.exec_map: dict[int, int] = {}
         self.ok_cells: list[int] = []
         self.alive = False
+        self.own_pid_namespace = False
 
     # -- kernel lifecycle
     def start(self) -> None:
@@ -113,6 +115,41 @@ class NotebookRunner:
         self.alive = True
         self.exec_map = {}
         self._synthetic(WARMUP, 120)
+
+    def kernel_pid(self) -> int | None:
+        try:
+            proc = self.client.km.provisioner.process  # jupyter_client's local provisioner
+            return int(proc.pid) if proc is not None else None
+        except AttributeError:
+            return None
+
+    def reap_strays(self) -> int:
+        """Kill processes a cell left running (background jobs, sleepers, fork bombs): they would
+        hold the sandbox's process budget, so the kernel could not start threads later."""
+        keep = {os.getpid(), 1}
+        pid = os.getppid()
+        while pid > 1 and pid not in keep:  # the worker's ancestors (bwrap's init, setpriv)
+            keep.add(pid)
+            pid = _parent_of(pid)
+        kernel = self.kernel_pid()
+        if kernel is not None:
+            keep.add(kernel)
+        marker = os.environ.get("JAXGRADE_SANDBOX", "")
+        killed = 0
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) in keep:
+                continue
+            if not self.own_pid_namespace and not _has_marker(int(entry), marker):
+                continue  # without a PID namespace, only processes that carry this sandbox's marker
+            try:
+                os.kill(int(entry), signal.SIGKILL)
+                killed += 1
+            except OSError:
+                continue
+        if killed and self.alive:
+            # the kernel's own children stay zombies (counted by RLIMIT_NPROC) until it reaps them
+            self._synthetic("__import__('grader.kernel_side').kernel_side.reap_children()", 10)
+        return killed
 
     def kill(self) -> None:
         try:
@@ -196,6 +233,9 @@ class NotebookRunner:
             t0 = time.monotonic()
             status, reply = self._run(cell, i)
             rec["duration"] = round(time.monotonic() - t0, 3)
+            strays = self.reap_strays()
+            if strays:
+                rec["strays"] = strays
             if status == "ok":
                 self.ok_cells.append(i)
             elif status == "error":
@@ -234,15 +274,13 @@ class NotebookRunner:
         """Run one request in the kernel; return an error header, or None when a response file exists."""
         if not self.alive and not self.restart_and_replay():
             return {"ok": False, "dead": "the kernel is gone and could not be restarted"}
-        code = (
-            "import grader.kernel_side as __jaxgrade_ks__\n"
-            f"__jaxgrade_ks__.serve({req_path!r}, {resp_path!r})"
-        )
+        code = f"import grader.kernel_side as __jaxgrade_ks__\n__jaxgrade_ks__.serve({req_path!r}, {resp_path!r})"
         import nbformat
 
         cell = nbformat.v4.new_code_cell(code)
         cell.metadata["jaxgrade_timeout"] = timeout
         status, reply = self._exec(cell, -1, store_history=False)
+        self.reap_strays()
         if status == "ok" and os.path.exists(resp_path):
             return None
         if status == "died":
@@ -255,6 +293,25 @@ class NotebookRunner:
                 restarted = self.restart_and_replay()
             return {"ok": False, "timeout": timeout, "restarted": restarted}
         return {"ok": False, "dead": f"the request failed in the kernel: {reply.get('ename')}: {reply.get('evalue')}"}
+
+
+def _parent_of(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        return int(data[data.rindex(b")") + 2 :].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 1
+
+
+def _has_marker(pid: int, marker: str) -> bool:
+    if not marker:
+        return False
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f"JAXGRADE_SANDBOX={marker}".encode() in f.read()
+    except OSError:
+        return False
 
 
 def _stream_text(cell: Any) -> str:
@@ -321,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cpu", type=int)
     p.add_argument("--nproc", type=int)
     p.add_argument("--nofile", type=int)
+    p.add_argument("--pid-namespace", action="store_true", help="every process in /proc belongs to this sandbox")
     args = p.parse_args(argv)
     apply_limits(args)
 
@@ -343,6 +401,7 @@ def main(argv: list[str] | None = None) -> int:
         output_cap=int(header.get("output_cap", 20000)),
         max_restarts=int(header.get("max_restarts", 3)),
     )
+    runner.own_pid_namespace = args.pid_namespace
     _patch_reply_capture(runner)
     t0 = time.monotonic()
     try:
