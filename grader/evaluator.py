@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         try:
             resp, values = _evaluate(header, payload)
-        except Exception as exc:  # noqa: BLE001 - reported to the trusted side
+        except Exception as exc:
             resp, values = {"ok": False, "error": {"ename": type(exc).__name__, "evalue": str(exc)[:4000]}}, {}
         frag, blob = protocol.pack_values(values)
         resp.update(frag)

@@ -69,7 +69,7 @@ def load_notebook(path: Path) -> LoadedNotebook:
         raise NotebookError(
             f"{path}: is not a notebook: invalid JSON at line {exc.lineno}, column {exc.colno} ({exc.msg})"
         ) from None
-    if not isinstance(data, dict) or "cells" not in data and "worksheets" not in data:
+    if not isinstance(data, dict) or ("cells" not in data and "worksheets" not in data):
         raise NotebookError(f"{path}: is not a notebook: JSON without a 'cells' list")
     major = data.get("nbformat")
     if major not in (3, 4):
@@ -86,7 +86,7 @@ def load_notebook(path: Path) -> LoadedNotebook:
         nbformat.validate(node)
     except nbformat.ValidationError as exc:
         raise NotebookError(f"{path}: is not a valid notebook: {exc.message}") from None
-    except Exception as exc:  # noqa: BLE001 - nbformat raises many types for malformed input
+    except Exception as exc:
         raise NotebookError(f"{path}: is not a valid notebook: {exc}") from None
     return LoadedNotebook(path, node, digest)
 
@@ -97,7 +97,7 @@ def _python_source(cell: str) -> str:
         from IPython.core.inputtransformer2 import TransformerManager
 
         return TransformerManager().transform_cell(cell)
-    except Exception:  # noqa: BLE001 - fall back to the raw text
+    except Exception:
         return cell
 
 

@@ -293,7 +293,7 @@ class Session:
                     try:
                         proc.send({"op": "shutdown"})
                         proc.proc.wait(timeout=2)  # type: ignore[union-attr]
-                    except Exception:  # noqa: BLE001 - killed below anyway
+                    except Exception:
                         pass
                 proc.kill()
         self.worker = self.evaluator = None

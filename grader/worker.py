@@ -45,7 +45,7 @@ def apply_limits(args: argparse.Namespace) -> None:
     for which, value in pairs:
         if value is None:
             continue
-        soft, hard = resource.getrlimit(which)
+        _, hard = resource.getrlimit(which)
         new = value if hard == resource.RLIM_INFINITY else min(value, hard)
         try:
             resource.setrlimit(which, (new, new))
@@ -157,7 +157,7 @@ class NotebookRunner:
                 self.client.kc.stop_channels()
             if self.client.km is not None:
                 self.client.km.shutdown_kernel(now=True)
-        except Exception:  # noqa: BLE001 - best effort, the sandbox is torn down anyway
+        except Exception:
             traceback.print_exc()
         self.alive = False
 
@@ -198,7 +198,7 @@ class NotebookRunner:
 
     def _run(self, cell: Any, index: int) -> tuple[str, dict[str, Any]]:
         status, reply = self._exec(cell, index)
-        if status == "ok" or status == "error" and reply.get("ename") != "CellTimeoutError":
+        if status == "ok" or (status == "error" and reply.get("ename") != "CellTimeoutError"):
             count = reply.get("execution_count")
             if isinstance(count, int):
                 self.exec_map[count] = index
@@ -206,7 +206,7 @@ class NotebookRunner:
         if status == "died":
             return "died", reply
         # timed out and interrupted: is the kernel responsive again?
-        probe, preply = self._synthetic("pass", PROBE_TIMEOUT)
+        probe, _ = self._synthetic("pass", PROBE_TIMEOUT)
         if probe == "ok":
             return "timeout", reply
         return "stuck", reply
@@ -406,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     try:
         runner.start()
-    except Exception as exc:  # noqa: BLE001 - report, the trusted side decides
+    except Exception as exc:
         protocol.write_frame(proto_out, {"op": "ready", "ok": False, "error": f"kernel failed to start: {exc}"[:2000]})
         return 1
     protocol.write_frame(proto_out, {"op": "ready", "ok": True, "startup": round(time.monotonic() - t0, 3)})

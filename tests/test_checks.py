@@ -22,9 +22,17 @@ from grader.session import CallResult, ExportResult, Location, MissingName, Stud
 class FakeSubmission:
     """Answers like the real proxy, from plain Python functions."""
 
-    def __init__(self, funcs: dict[str, Any], *, export_error: StudentRaised | None = None,
-                 vmap_used: bool = False, mutate: bool = False, jitted: bool = True,
-                 compiled: Any = None, sources: dict[str, list[str]] | None = None) -> None:
+    def __init__(
+        self,
+        funcs: dict[str, Any],
+        *,
+        export_error: StudentRaised | None = None,
+        vmap_used: bool = False,
+        mutate: bool = False,
+        jitted: bool = True,
+        compiled: Any = None,
+        sources: dict[str, list[str]] | None = None,
+    ) -> None:
         self.funcs = funcs
         self.export_error = export_error
         self.vmap_used = vmap_used
@@ -149,7 +157,12 @@ def test_check_jit_compiled_disagrees_with_eager() -> None:
 def test_check_vectorized() -> None:
     cases = [ARGS, (np.ones((5, 5), np.float32), np.ones((5, 3), np.float32))]
     check_vectorized(FakeSubmission({"f": _conv}), "f", [("B, 5", "float32"), ("B, 3", "float32")], cases)
-    err = StudentRaised("f", "TypeError", "'_DimExpr' object cannot be interpreted as an integer", Location(1, 4, "for b in range(xs.shape[0]):"))
+    err = StudentRaised(
+        "f",
+        "TypeError",
+        "'_DimExpr' object cannot be interpreted as an integer",
+        Location(1, 4, "for b in range(xs.shape[0]):"),
+    )
     with pytest.raises(CheckFailure) as e:
         check_vectorized(FakeSubmission({"f": _conv}, export_error=err), "f", [("B, 5", "float32")], cases)
     assert e.value.message.startswith("`f` is not vectorized over the batch")
@@ -171,15 +184,17 @@ def test_check_pure_detects_mutation_and_state() -> None:
 
 def test_check_is_jitted_and_missing() -> None:
     check_is_jitted(FakeSubmission({"f": _conv}), "f")
-    with pytest.raises(CheckFailure, match="not a jax.jit-compiled function"):
+    with pytest.raises(CheckFailure, match=r"not a jax\.jit-compiled function"):
         check_is_jitted(FakeSubmission({"f": _conv}, jitted=False), "f")
     with pytest.raises(MissingName, match="`g` is not defined in the notebook"):
         check_is_jitted(FakeSubmission({"f": _conv}), "g")
 
 
 def test_check_no_vmap_runtime_and_source() -> None:
-    check_no_vmap(FakeSubmission({"f": _conv}, sources={"f": ["def f(xs, ws):\n    return xs  # no vmap here"]}), "f", ARGS)
-    with pytest.raises(CheckFailure, match="uses jax.vmap"):
+    check_no_vmap(
+        FakeSubmission({"f": _conv}, sources={"f": ["def f(xs, ws):\n    return xs  # no vmap here"]}), "f", ARGS
+    )
+    with pytest.raises(CheckFailure, match=r"uses jax\.vmap"):
         check_no_vmap(FakeSubmission({"f": _conv}, vmap_used=True), "f", ARGS)
-    with pytest.raises(CheckFailure, match="uses jax.vmap"):
+    with pytest.raises(CheckFailure, match=r"uses jax\.vmap"):
         check_no_vmap(FakeSubmission({"f": _conv}, sources={"f": ["f = jax.vmap(convolve)"]}), "f", ARGS)

@@ -67,7 +67,9 @@ def test_unknown_assignment_suggests(tmp_path: Path) -> None:
 def test_grade_missing_path(tmp_path: Path) -> None:
     code, _, err = run("grade", "--assignment", "vmap_convolve", "--out", str(tmp_path / "o"), str(tmp_path / "none"))
     assert code == 2
-    assert err.endswith(f"jaxgrade: error: {tmp_path / 'none'}: no such file or directory\nTIP: Pass notebooks or folders of notebooks.\n")
+    assert err.endswith(
+        f"jaxgrade: error: {tmp_path / 'none'}: no such file or directory\nTIP: Pass notebooks or folders of notebooks.\n"
+    )
 
 
 def test_grade_two_notebooks_for_one_student(tmp_path: Path) -> None:

@@ -48,7 +48,13 @@ def test_old_minor_without_ids_is_normalized(tmp_path: Path) -> None:
         "nbformat_minor": 2,
         "metadata": {"jaxgrade": {"assignment": "vmap_convolve"}},
         "cells": [
-            {"cell_type": "code", "metadata": {}, "source": ["x = 1\n", "y = 2"], "outputs": [], "execution_count": None},
+            {
+                "cell_type": "code",
+                "metadata": {},
+                "source": ["x = 1\n", "y = 2"],
+                "outputs": [],
+                "execution_count": None,
+            },
             {"cell_type": "markdown", "metadata": {}, "source": "# hi"},
         ],
     }

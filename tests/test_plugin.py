@@ -33,8 +33,10 @@ class Fake:
 
     def __getattr__(self, name: str) -> Any:
         if name not in self.funcs:
+
             def missing(*a: Any, **k: Any) -> Any:
                 raise MissingName(name)
+
             return missing
         return self.funcs[name]
 

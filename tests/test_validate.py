@@ -52,10 +52,10 @@ def make_course(tmp_path: Path, mutants: dict[str, str]) -> Path:
     return tmp_path
 
 
-OFF_BY_ONE = "# jaxgrade-mutant: fails=numerics\nimport jax.numpy as jnp\ndef double(x):\n    return 2 * jnp.asarray(x) + 1\n"
-NOT_JITTABLE = (
-    "# jaxgrade-mutant: fails=jit\nimport numpy as np\ndef double(x):\n    return np.asarray(x) * 2\n"
+OFF_BY_ONE = (
+    "# jaxgrade-mutant: fails=numerics\nimport jax.numpy as jnp\ndef double(x):\n    return 2 * jnp.asarray(x) + 1\n"
 )
+NOT_JITTABLE = "# jaxgrade-mutant: fails=jit\nimport numpy as np\ndef double(x):\n    return np.asarray(x) * 2\n"
 CORRECT_BUT_CLAIMED = "# jaxgrade-mutant: fails=numerics\nimport jax.numpy as jnp\ndef double(x):\n    return x + x\n"
 
 
