@@ -7,7 +7,7 @@ and also check vectorization, jit compatibility and purity.
 import numpy as np
 import pytest
 
-from grader.checks import assert_close, check_is_jitted
+from grader.checks import assert_close, check_is_jitted, check_vectorized
 
 XS = np.array([[0.0, 1.0, 2.0, 3.0, 4.0], [1.0, -1.0, 2.0, -2.0, 3.0]], dtype=np.float32)  # (B=2, N=5)
 WS = np.array([[2.0, 3.0, 4.0], [1.0, 0.0, -1.0]], dtype=np.float32)  # (B=2, 3)
@@ -65,3 +65,14 @@ def test_manually_vectorized_convolve(submission):
     """manually_vectorized_convolve gives the same numbers as batched_convolve."""
     expected = np.stack([convolve_np(x, w) for x, w in zip(XS, WS)])
     assert_close(submission.manually_vectorized_convolve(XS, WS), expected, name="manually_vectorized_convolve(xs, ws)")
+
+
+@pytest.mark.category("vectorization")
+@pytest.mark.points(1)
+def test_batched_convolve_is_vectorized(submission):
+    """batched_convolve traces once for any batch size (no Python loop over the batch)."""
+    cases = [(XS[:1], WS[:1]), (XS, WS)]
+    expected = [np.stack([convolve_np(x, w) for x, w in zip(xs, ws, strict=True)]) for xs, ws in cases]
+    check_vectorized(
+        submission, "batched_convolve", [("B, 5", "float32"), ("B, 3", "float32")], cases, expected=expected
+    )

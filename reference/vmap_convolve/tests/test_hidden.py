@@ -1,7 +1,7 @@
 """Hidden tests for `vmap_convolve` (curriculum §1).
 
 Inputs are random (the `rng` fixture, seeded per grading run and test), never the public ones.
-Points: numerics 15, vectorization 10, jit 6, purity 3 (34; with the public tests' 6, 40).
+Points: numerics 15, vectorization 9, jit 6, purity 3 (33; with the public tests' 7, 40).
 """
 
 import numpy as np
@@ -101,7 +101,7 @@ def check_batch_vectorized(submission, reference, rng, name, N=9):
 
 
 @pytest.mark.category("vectorization")
-@pytest.mark.points(2)
+@pytest.mark.points(1)
 def test_batched_convolve_vectorized(submission, reference, rng):
     """batched_convolve is vectorized: no Python loop over the batch."""
     check_batch_vectorized(submission, reference, rng, "batched_convolve")
