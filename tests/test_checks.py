@@ -198,3 +198,15 @@ def test_check_no_vmap_runtime_and_source() -> None:
         check_no_vmap(FakeSubmission({"f": _conv}, vmap_used=True), "f", ARGS)
     with pytest.raises(CheckFailure, match=r"uses jax\.vmap"):
         check_no_vmap(FakeSubmission({"f": _conv}, sources={"f": ["f = jax.vmap(convolve)"]}), "f", ARGS)
+
+
+def test_readme_documents_every_hint() -> None:
+    """The README's hint table lists every error class that has a hint."""
+    from pathlib import Path
+
+    from grader.hints import HINTS
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    for h in HINTS:
+        assert f"| `{h.ename}`" in readme, f"README lacks a row for {h.ename}"
+        assert h.fix.replace("|", "\\|") in readme, f"README's fix for {h.ename} is out of date"
