@@ -95,6 +95,7 @@ def isolation_warning(isolation: Isolation) -> str | None:
     if isolation == "bwrap":
         return None
     _, why = bwrap_status()
+    why = why or "--isolation process was requested"
     return (
         f"WARNING: isolation is reduced ({why}). Student code runs as a plain subprocess with "
         "resource limits but can read files this user can read and use the network. "
