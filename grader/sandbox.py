@@ -289,7 +289,11 @@ class SandboxProcess:
             args += ["--ro-bind", "/etc/ld.so.conf.d", "/etc/ld.so.conf.d"]
         uid = self.uid if as_root else 1000
         args += ["--file", str(self._data_fd(f"student:x:{uid}:{uid}:student:/sandbox:/bin/sh\n")), "/etc/passwd"]
-        made: set[str] = {"/", "/usr", "/tmp", "/etc"}
+        # the writable places first: a Python installation under /tmp (a CI checkout) is then
+        # mounted inside the sandbox's /tmp instead of being hidden by it
+        args += ["--bind", str(self.scratch), SANDBOX_ROOT]
+        args += ["--bind", str(self.scratch / ".jaxgrade" / "tmp"), "/tmp"]
+        made: set[str] = {"/", "/usr", "/tmp", "/etc", SANDBOX_ROOT}
         binds = [(r, r) for r in _python_roots() if not r.startswith("/usr/")]
         binds.append((grader_package_dir(), f"{GRADER_MOUNT}/grader"))
         for src, dest in binds:
@@ -302,8 +306,6 @@ class SandboxProcess:
                     )
             args += _parents(dest, made)
             args += ["--ro-bind", src, dest]
-        args += ["--bind", str(self.scratch), SANDBOX_ROOT]
-        args += ["--bind", str(self.scratch / ".jaxgrade" / "tmp"), "/tmp"]
         args += ["--proc", "/proc", "--dev", "/dev", "--chdir", SANDBOX_ROOT, "--clearenv"]
         for k, v in env.items():
             args += ["--setenv", k, v]
