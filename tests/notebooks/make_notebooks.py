@@ -108,7 +108,7 @@ def scalar_sum(x):
 # --------------------------------------------------------------------------- probes.ipynb
 # Helpers the isolation tests call inside the sandbox.
 PROBES = [
-    '''import os, socket, subprocess, sys
+    '''import os, socket, subprocess, sys, time
 
 
 def ids():
@@ -178,7 +178,20 @@ def spawn_leftovers(token):
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1000)", token + "-child"],
                              start_new_session=True, **quiet)
     subprocess.run([sys.executable, "-c", DAEMON, token + "-daemon"], start_new_session=True, **quiet)
-    return child.pid
+    # evidence that both really run, from inside: how many processes carry the token
+    seen = 0
+    for _ in range(100):
+        seen = 0
+        for entry in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    seen += token.encode() in f.read()
+            except OSError:
+                pass
+        if seen >= 2:
+            break
+        time.sleep(0.05)
+    return seen
 
 
 def add(x, y):
