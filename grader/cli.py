@@ -59,7 +59,9 @@ def _render_check(rec: Record, out: TextIO) -> None:
         return
     for c in rec.cells:
         where = f"cell {c['index'] + 1}"
-        if c.get("line"):
+        if c.get("line") and c.get("line_cell") is not None:
+            where += f" (line {c['line']} of cell {c['line_cell'] + 1})"
+        elif c.get("line"):
             where += f", line {c['line']}"
         what = f"{c.get('ename')}: {c.get('evalue', '')}" if c.get("ename") else c.get("message", c["status"])
         if c.get("strays"):

@@ -87,6 +87,19 @@ HINTS: tuple[Hint, ...] = (
         match="host_callbacks",
     ),
     Hint(
+        "ValueError",
+        "Python `if`/`while`/`and`/`or` was applied to an array with more than one element: an "
+        "array has no single truth value.",
+        "Select elementwise with `jnp.where(x > 0, a, b)` (or `lax.select`) instead of branching in Python.",
+        match="truth value of an array with more than one element is ambiguous",
+    ),
+    Hint(
+        "TypeError",
+        "`float(x)`/`int(x)` (or `.item()`) was applied to an array with more than one element.",
+        "Keep working with arrays (`x * 2.0`, `jnp.asarray(x, jnp.float32)`); Python numbers hold a single value.",
+        match="Only scalar arrays can be converted to Python scalars",
+    ),
+    Hint(
         "KeyReuseError",
         "A PRNG key was used twice: the two draws are not independent.",
         "Split the key (`key, sub = jax.random.split(key)`) and use each key exactly once.",

@@ -195,7 +195,9 @@ def _op_export(req: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, A
         dims = export.symbolic_shape(shape, scope=scope) if shape else ()
         specs.append(jax.ShapeDtypeStruct(dims, np.dtype(dtype)))
     static = dict(values.get("static", {}))
-    target = fn if hasattr(fn, "lower") and not static else jax.jit(fn, static_argnames=tuple(static) or None)
+    # always our own jit around it: exporting a student's jit directly would hand its static
+    # arguments the abstract specs, and the error would not be about what the student did
+    target = jax.jit(fn, static_argnames=tuple(static) or None)
     with _VmapWatch() as watch:
         if static:
             exp = export.export(target)(*specs, **static)

@@ -122,6 +122,8 @@ class CellRecord:
         if self.location is not None:
             d["line"] = self.location.lineno
             d["source"] = self.location.text
+            if self.location.cell is not None and self.location.cell != self.index:
+                d["line_cell"] = self.location.cell  # the failing line is in an earlier cell
         return d
 
 

@@ -60,3 +60,18 @@ def test_hint_names_the_students_line() -> None:
     text = hint_for("TracerBoolConversionError", "Attempted boolean conversion", Location(2, 5, "if x > 0:"))
     assert text.startswith("TracerBoolConversionError at cell 3, line 5: `if x > 0:`.")
     assert "Fix: " in text
+
+
+@pytest.mark.parametrize(
+    ("fn", "ename", "fix"),
+    [
+        (lambda x: x if x > 0 else 2 * x, "ValueError", "jnp.where"),  # `if` on a whole array, even eagerly
+        (lambda x: float(x), "TypeError", "Keep working with arrays"),
+    ],
+)
+def test_array_errors_outside_tracing_get_hints(fn: Callable[[Any], Any], ename: str, fix: str) -> None:
+    with pytest.raises(Exception) as info:
+        fn(jnp.ones(3))
+    assert type(info.value).__name__ == ename
+    hint = find_hint(ename, str(info.value))
+    assert hint is not None and fix in hint.fix
