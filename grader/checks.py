@@ -429,3 +429,19 @@ def check_compile_count(submission: Any, name: str, calls: list[Any], *, at_most
             "Create each jitted function once, outside the loop: `jax.jit(lambda ...)` or "
             "`jax.jit(partial(...))` inside a loop makes a new function, and a new compilation, every time.",
         )
+
+
+# --------------------------------------------------------------------------- parallelism
+
+
+def check_parallel(submission: Any, name: str, args: tuple[Any, ...] | list[Any], *, devices: int) -> None:
+    """The result of ``name(*args)`` is laid out across ``devices`` devices (a ``pmap`` or a
+    sharded computation), not computed on one device (``vmap``, a loop)."""
+    res = submission.call(name, *tuple(args))
+    if res.devices < devices:
+        raise CheckFailure(
+            f"`{name}` computed its result on {res.devices or 'no'} device(s); expected it spread across "
+            f"{devices} devices",
+            "Use `jax.pmap` so that each device computes one row: `jax.vmap` and Python loops run "
+            "everything on a single device.",
+        )

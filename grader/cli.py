@@ -87,7 +87,7 @@ def _render_check(rec: Record, out: TextIO) -> None:
 
 
 def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from grader.grading import grade_notebook
+    from grader.grading import grade_many
     from grader.notebook import NotebookError, load_notebook
 
     path = Path(args.notebook)
@@ -108,7 +108,7 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             )
     assignment = _assignment(args, name, staff=False)
     _warn_isolation(args.isolation, err)
-    rec = grade_notebook(assignment, path, public_only=True, isolation=args.isolation)
+    rec = grade_many(assignment, [path], jobs=1, public_only=True, isolation=args.isolation)[path]
     if args.json:
         print(rec.to_json(), file=out)
     else:

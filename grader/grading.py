@@ -120,6 +120,7 @@ def grade_notebook(
     from grader.submission import Submission
 
     path = Path(path)
+    _check_trusted_devices(assignment)
     t0 = time.monotonic()
     iso = choose_isolation(isolation)
     rec = Record(
@@ -186,13 +187,38 @@ def grade_notebook(
 
 
 def _env_for(assignment: Assignment) -> dict[str, str]:
-    devices = getattr(assignment.config, "devices", 1)
-    if devices and devices > 1:
+    """Environment for the sandbox and the evaluator: the assignment's device count."""
+    devices = assignment.config.devices
+    if devices > 1:
         return {
             "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices} "
             "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
         }
     return {}
+
+
+def _set_trusted_devices(devices: int) -> None:
+    """Start this (trusted) process's JAX with ``devices`` host devices, so references are
+    computed under the same setting as the student's code (float results can differ bitwise
+    across device counts).  Must run before JAX initialises a backend."""
+    if devices <= 1:
+        return
+    flag = f"--xla_force_host_platform_device_count={devices}"
+    flags = os.environ.get("XLA_FLAGS", "")
+    if flag not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} {flag}".strip()
+
+
+def _check_trusted_devices(assignment: Assignment) -> None:
+    devices = assignment.config.devices
+    if devices > 1 and "jax" in sys.modules:
+        import jax
+
+        if jax.device_count() != devices:
+            raise RuntimeError(
+                f"assignment {assignment.name!r} needs {devices} devices but this process's JAX has "
+                f"{jax.device_count()}; grade it through grade_many, which starts a process for it"
+            )
 
 
 def _missing(sub: Any, names: Iterable[str]) -> list[str]:
@@ -211,12 +237,15 @@ def _join(a: str, b: str) -> str:
 # --------------------------------------------------------------------------- batches
 
 
-def _grade_in_worker(root: str, name: str, path: str, student: str | None, isolation: str) -> dict[str, Any]:
+def _grade_in_worker(
+    root: str, name: str, path: str, student: str | None, isolation: str, public_only: bool
+) -> dict[str, Any]:
     from grader.config import load_course
 
     logging.basicConfig(level=logging.WARNING)
-    assignment = load_course(Path(root)).assignment(name)
-    return grade_notebook(assignment, Path(path), student=student, isolation=isolation).to_dict()
+    assignment = load_course(Path(root)).assignment(name, staff=not public_only)
+    rec = grade_notebook(assignment, Path(path), student=student, isolation=isolation, public_only=public_only)
+    return rec.to_dict()
 
 
 def grade_many(
@@ -226,6 +255,7 @@ def grade_many(
     jobs: int = 1,
     students: dict[Path, str] | None = None,
     isolation: str = "auto",
+    public_only: bool = False,
     on_result: Callable[[Path, Record], None] | None = None,
 ) -> dict[Path, Record]:
     """Grade several notebooks, ``jobs`` at a time, each in a fresh trusted worker process pool."""
@@ -233,18 +263,29 @@ def grade_many(
 
     students = students or {}
     out: dict[Path, Record] = {}
-    if jobs <= 1:
+    devices = assignment.config.devices
+    if jobs <= 1 and devices <= 1:
         for p in paths:
-            rec = grade_notebook(assignment, p, student=students.get(p), isolation=isolation)
+            rec = grade_notebook(assignment, p, student=students.get(p), isolation=isolation, public_only=public_only)
             out[p] = rec
             if on_result:
                 on_result(p, rec)
         return out
+    # trusted worker processes (spawned: a fork after JAX starts can deadlock), started with the
+    # assignment's device count so that references match the sandbox's setting
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+    with ProcessPoolExecutor(
+        max_workers=max(1, jobs), mp_context=ctx, initializer=_set_trusted_devices, initargs=(devices,)
+    ) as pool:
         futures = {
             pool.submit(
-                _grade_in_worker, str(assignment.course.root), assignment.name, str(p), students.get(p), isolation
+                _grade_in_worker,
+                str(assignment.course.root),
+                assignment.name,
+                str(p),
+                students.get(p),
+                isolation,
+                public_only,
             ): p
             for p in paths
         }

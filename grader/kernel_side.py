@@ -136,6 +136,20 @@ class _VmapWatch:
             cls.__init__ = orig
 
 
+def _devices_of(value: Any) -> int:
+    """How many devices the result's arrays are laid out across (the most over its leaves)."""
+    try:
+        import jax
+
+        most = 0
+        for leaf in jax.tree_util.tree_leaves(value):
+            if isinstance(leaf, jax.Array):
+                most = max(most, len(leaf.sharding.device_set))
+        return most
+    except Exception:
+        return 0
+
+
 def _op_probe(req: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     ns = _ns()
     info = {}
@@ -179,7 +193,13 @@ def _op_call(req: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, Any
                 pass
             elapsed.append(time.perf_counter() - t0)
             results.append(out)
-    head = {"ok": True, "mutated": _mutated(args, snaps), "vmap_used": watch.used, "elapsed": elapsed}
+    head = {
+        "ok": True,
+        "mutated": _mutated(args, snaps),
+        "vmap_used": watch.used,
+        "elapsed": elapsed,
+        "devices": _devices_of(results[0]),
+    }
     return head, {f"result{i}": r for i, r in enumerate(results)}
 
 

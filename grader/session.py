@@ -146,6 +146,7 @@ class CallResult:
     mutated: tuple[int, ...]
     vmap_used: bool
     elapsed: tuple[float, ...]
+    devices: int = 0  # devices the (first) result is laid out across, as the sandbox saw it
 
     @property
     def value(self) -> Any:
@@ -426,6 +427,7 @@ class Session:
             elapsed=tuple(float(e) for e in elapsed if isinstance(e, (int, float)))
             if isinstance(elapsed, list)
             else (),
+            devices=resp["devices"] if type(resp.get("devices")) is int else 0,
         )
 
     def count(

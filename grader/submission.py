@@ -21,7 +21,8 @@ class _Function:
 
 
 class Submission:
-    """``submission.f(*args)`` calls the student's ``f`` in the sandbox and returns validated data."""
+    """``submission.f(*args)`` (or ``submission["f"](*args)``) calls the student's ``f`` in the
+    sandbox and returns validated data."""
 
     def __init__(self, session: Session, notebook: LoadedNotebook | None = None) -> None:
         self._session = session
@@ -31,6 +32,11 @@ class Submission:
     def __getattr__(self, name: str) -> _Function:
         if name.startswith("_"):
             raise AttributeError(name)
+        return _Function(self, name)
+
+    def __getitem__(self, name: str) -> _Function:
+        """``submission["count"]``: the student's function even where its name is one of this
+        proxy's methods (``call``, ``count``, ``export``, ``evaluate``, ``probe``...)."""
         return _Function(self, name)
 
     def call(
