@@ -188,11 +188,6 @@ def _shape_hint(got: tuple[int, ...], want: tuple[int, ...]) -> str:
 # --------------------------------------------------------------------------- transformations
 
 
-def _spec_of(a: Any) -> tuple[str, str]:
-    arr = np.asarray(a)
-    return ", ".join(str(d) for d in arr.shape), str(arr.dtype)
-
-
 def _agrees(
     submission: Any,
     name: str,
@@ -226,13 +221,14 @@ def check_jit(
     expected: Any = None,
     reference: Any = None,
 ) -> None:
-    """``name`` traces under ``jax.jit`` for the shapes of ``args``, and the compiled function
+    """``name`` traces under ``jax.jit`` for the shapes of ``args`` (arrays, numbers or pytrees of
+    them), and the compiled function
     (run in the evaluator, away from student code) agrees with ``expected``, or else with
     ``reference(*args)`` or the student's own eager result (so wrong numbers are not counted
     twice: they belong to the numerics tests)."""
     args = tuple(args)
     try:
-        exp = submission.export(name, [_spec_of(a) for a in args], static)
+        exp = submission.export(name, static=static, example=args)
     except StudentRaised as exc:
         raise CheckFailure(
             f"`{name}` does not work under jax.jit: {exc.ename}"
@@ -301,7 +297,7 @@ def check_pure(submission: Any, name: str, args: tuple[Any, ...] | list[Any], *,
             "Python/NumPy randomness): make the output depend only on the arguments.",
         ) from None
     try:
-        submission.export(name, [_spec_of(a) for a in args])
+        submission.export(name, example=args)
     except StudentRaised as exc:
         if "host_callback" in exc.evalue or "callback" in exc.ename.lower():
             raise CheckFailure(

@@ -209,11 +209,19 @@ def _op_export(req: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, A
     from jax import export
 
     fn = _lookup(req["name"])
-    specs = []
-    scope = export.SymbolicScope()
-    for shape, dtype in req["specs"]:
-        dims = export.symbolic_shape(shape, scope=scope) if shape else ()
-        specs.append(jax.ShapeDtypeStruct(dims, np.dtype(dtype)))
+    specs: list[Any] = []
+    if "example" in values:
+        # concrete shapes taken from example arguments, whatever their pytree structure
+        def spec(leaf: Any) -> Any:
+            arr = np.asarray(leaf)
+            return jax.ShapeDtypeStruct(arr.shape, jax.dtypes.canonicalize_dtype(arr.dtype))
+
+        specs = [jax.tree_util.tree_map(spec, a) for a in _to_key_if_needed(values["example"])]
+    else:
+        scope = export.SymbolicScope()
+        for shape, dtype in req["specs"]:
+            dims = export.symbolic_shape(shape, scope=scope) if shape else ()
+            specs.append(jax.ShapeDtypeStruct(dims, np.dtype(dtype)))
     static = dict(values.get("static", {}))
     # always our own jit around it: exporting a student's jit directly would hand its static
     # arguments the abstract specs, and the error would not be about what the student did

@@ -449,13 +449,21 @@ class Session:
             raise BadValue(f"the sandbox sent malformed counts for `{name}`")
         return CountResult(tuple(counts), [out.get(f"result{i}") for i in range(len(calls))])
 
-    def export(self, name: str, specs: list[tuple[str, str]], static: dict[str, Any] | None = None) -> ExportResult:
+    def export(
+        self,
+        name: str,
+        specs: list[tuple[str, str]] | None = None,
+        static: dict[str, Any] | None = None,
+        *,
+        example: tuple[Any, ...] | None = None,
+    ) -> ExportResult:
+        """Export ``name`` with ``jax.export``: for ``specs`` (shape strings, possibly symbolic,
+        and dtypes), or for the shapes and dtypes of ``example`` arguments (any pytrees)."""
+        values: dict[str, Any] = {"static": dict(static or {})}
+        if example is not None:
+            values["example"] = list(example)
         resp, out = self._request(
-            "export",
-            {"static": dict(static or {})},
-            self.limits.call_timeout,
-            name=name,
-            specs=[list(s) for s in specs],
+            "export", values, self.limits.call_timeout, name=name, specs=[list(s) for s in specs or []]
         )
         self._raise_for(name, resp, "export")
         module = out.get("module")

@@ -53,8 +53,15 @@ class Submission:
     ) -> CountResult:
         return self._session.count(name, calls, how, static)
 
-    def export(self, name: str, specs: list[tuple[str, str]], static: dict[str, Any] | None = None) -> ExportResult:
-        return self._session.export(name, specs, static)
+    def export(
+        self,
+        name: str,
+        specs: list[tuple[str, str]] | None = None,
+        static: dict[str, Any] | None = None,
+        *,
+        example: tuple[Any, ...] | None = None,
+    ) -> ExportResult:
+        return self._session.export(name, specs, static, example=example)
 
     def evaluate(self, name: str, module: bytes, *args: Any) -> tuple[Any, dict[str, Any]]:
         return self._session.evaluate(name, module, *args)

@@ -51,7 +51,7 @@ class FakeSubmission:
             vals.append(np.asarray(self.funcs[name](*args, **kw)))
         return CallResult(vals, (0,) if self.mutate else (), self.vmap_used, ())
 
-    def export(self, name: str, specs: list[tuple[str, str]], static: Any = None) -> ExportResult:
+    def export(self, name: str, specs: Any = None, static: Any = None, *, example: Any = None) -> ExportResult:
         if self.export_error is not None:
             raise self.export_error
         return ExportResult(b"module", False)
