@@ -72,7 +72,10 @@ def test_manually_vectorized_convolve(submission):
 def test_batched_convolve_is_vectorized(submission):
     """batched_convolve traces once for any batch size (no Python loop over the batch)."""
     cases = [(XS[:1], WS[:1]), (XS, WS)]
-    expected = [np.stack([convolve_np(x, w) for x, w in zip(xs, ws, strict=True)]) for xs, ws in cases]
+
+    def reference(xs, ws):  # wrong numbers count under numerics only: the check falls back to eager results
+        return np.stack([convolve_np(x, w) for x, w in zip(xs, ws, strict=True)])
+
     check_vectorized(
-        submission, "batched_convolve", [("B, 5", "float32"), ("B, 3", "float32")], cases, expected=expected
+        submission, "batched_convolve", [("B, 5", "float32"), ("B, 3", "float32")], cases, reference=reference
     )
