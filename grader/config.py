@@ -53,7 +53,7 @@ class LimitsConfig(_Model):
     """Resource limits of one submission's sandbox; in YAML every field is an optional override."""
 
     cell_timeout: Seconds = 60.0
-    call_timeout: Seconds = 60.0
+    call_timeout: Seconds = 120.0
     wall_timeout: Seconds = 900.0
     memory_bytes: Count = 8 * GiB
     max_processes: Count = 256

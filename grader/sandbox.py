@@ -55,7 +55,7 @@ class Limits:
     cpu_seconds: int = 1200  # RLIMIT_CPU, summed over threads
     max_open_files: int = 1024
     cell_timeout: float = 60.0
-    call_timeout: float = 60.0
+    call_timeout: float = 120.0  # a jitted, unrolled Python loop can take a while to compile
     wall_timeout: float = 900.0  # whole submission, notebook and tests
     output_cap: int = 20_000  # characters of printed output kept per cell
     max_restarts: int = 3
