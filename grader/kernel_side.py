@@ -172,9 +172,20 @@ def _op_call(req: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, Any
     args = list(values.get("args", ()))
     kwargs = dict(values.get("kwargs", {}))
     if req.get("readonly"):
-        for a in args:
-            if hasattr(a, "flags"):
-                a.flags.writeable = False
+        import numpy as np
+
+        def freeze(value: Any) -> None:  # every ndarray in the arguments, at any depth
+            if isinstance(value, np.ndarray):
+                value.flags.writeable = False
+            elif isinstance(value, (list, tuple)):
+                for v in value:
+                    freeze(v)
+            elif isinstance(value, dict):
+                for v in value.values():
+                    freeze(v)
+
+        freeze(args)
+        freeze(kwargs)
     args = [_to_key_if_needed(a) for a in args]
     kwargs = {k: _to_key_if_needed(v) for k, v in kwargs.items()}
     repeat = max(1, min(int(req.get("repeat", 1)), 8))
