@@ -239,13 +239,7 @@ class Session:
         (self.scratch / NOTEBOOK_NAME).write_text(self.notebook_json, encoding="utf-8")
         self.worker = SandboxProcess("grader.worker", self.scratch, self.limits, self.isolation, self.env, self.protect)
         self.worker.start()
-        # the evaluator starts (imports jax) while the notebook runs, off the critical path
-        self.eval_scratch = make_scratch("jaxgrade-eval-")
-        self.evaluator = SandboxProcess(
-            "grader.evaluator", self.eval_scratch, self.limits, self.isolation, self.env, self.protect
-        )
-        self.evaluator.start()
-        self._evaluator_ready = False
+        self._spawn_evaluator()  # it imports jax while the notebook runs, off the critical path
         self.worker.send(
             {
                 "op": "start",
@@ -472,18 +466,23 @@ class Session:
         return ExportResult(module.tobytes(), resp.get("vmap_used") is True)
 
     # ------------------------------------------------------------------ evaluator
+    def _spawn_evaluator(self) -> None:
+        if self.eval_scratch is None:
+            self.eval_scratch = make_scratch("jaxgrade-eval-")
+        self.evaluator = SandboxProcess(
+            "grader.evaluator", self.eval_scratch, self.limits, self.isolation, self.env, self.protect
+        )
+        self.evaluator.start()
+        self._evaluator_ready = False
+
     def _evaluator(self) -> SandboxProcess:
         if self.evaluator is not None and self.evaluator.alive() and self._evaluator_ready:
             return self.evaluator
         if self.evaluator is None or not self.evaluator.alive():
             if self.evaluator is not None:
                 self.evaluator.kill()
-            if self.eval_scratch is None:
-                self.eval_scratch = make_scratch("jaxgrade-eval-")
-            self.evaluator = SandboxProcess(
-                "grader.evaluator", self.eval_scratch, self.limits, self.isolation, self.env, self.protect
-            )
-            self.evaluator.start()
+            self._spawn_evaluator()
+        assert self.evaluator is not None
         ready, _ = self.evaluator.recv(120.0)
         if not ready.get("ok"):
             raise RuntimeError("the evaluator failed to start")
