@@ -111,8 +111,7 @@ HINTS: tuple[Hint, ...] = (
     ),
     Hint(
         "NameError",
-        "A collective (`lax.psum`, `lax.pmean`, ...) names an axis that no enclosing `jax.pmap` (or "
-        "`jax.vmap`) binds.",
+        "A collective (`lax.psum`, `lax.pmean`, ...) names an axis that no enclosing `jax.pmap` (or `jax.vmap`) binds.",
         "Give the `pmap` that runs the function the same name: `jax.pmap(f, axis_name='i')` with "
         "`lax.psum(x, axis_name='i')` inside `f`.",
         match="unbound axis name",
