@@ -56,7 +56,7 @@ HIDDEN = """
     @pytest.mark.points(1)
     @pytest.mark.visible
     def test_seeded(submission, rng):
-        assert rng.integers(0, 1000) == rng.integers(0, 1000) or True
+        rng.integers(0, 1000)  # the fixture works in a hidden test
         assert_close(submission.double(0.5), 1.0)
 """
 
