@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 Category = Literal["numerics", "jit", "vectorization", "purity", "prng", "structure", "parallelism"]
@@ -44,6 +44,14 @@ class Record:
     isolation: str = ""
     source: str = ""
     record_version: int = RECORD_VERSION
+    # who submitted, as the LMS names them: lms (canvas|moodle|gradescope|file), id, name, email,
+    # sis_id, original (the file name the student uploaded); see grader/intake.py
+    identity: dict[str, str] = field(default_factory=dict)
+    # the late policy's verdict, {} when on time or no due date: days, percent (deducted),
+    # raw_score (before the deduction), flag (the LMS said late), submitted_at, due
+    late: dict[str, Any] = field(default_factory=dict)
+    assignment_version: str = ""  # digest of the assignment's tests, reference and settings
+    graded_at: str = ""  # ISO 8601, UTC
 
     def categories(self) -> dict[str, tuple[float, float]]:
         """category -> (score, max_score), over the categories this assignment tests."""
@@ -63,7 +71,8 @@ class Record:
     def from_dict(cls, data: dict[str, Any]) -> Record:
         data = dict(data)
         data["tests"] = [TestResult(**t) for t in data.get("tests", [])]
-        return cls(**data)
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 def total(tests: list[TestResult]) -> tuple[float, float]:
