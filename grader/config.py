@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
+import json
 import keyword
 import math
 import re
 import types
 import typing
 from dataclasses import dataclass
+from datetime import date, datetime
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
 
 from grader.sandbox import Limits
@@ -123,6 +126,17 @@ class AssignmentConfig(_Model):
         return value
 
 
+class LatePolicy(_Model):
+    """How late work loses points: ``percent_per_day`` for each started day after the due date
+    (past ``grace_minutes``), at most ``max_percent``.  A submission whose LMS only says "late"
+    (Canvas's ``LATE_`` file name) with no time counts as ``flag_days`` days late."""
+
+    percent_per_day: Annotated[float, BeforeValidator(_not_bool), Field(ge=0, le=100, allow_inf_nan=False)] = 0.0
+    max_percent: Annotated[float, BeforeValidator(_not_bool), Field(ge=0, le=100, allow_inf_nan=False)] = 100.0
+    grace_minutes: Annotated[float, BeforeValidator(_not_bool), Field(ge=0, allow_inf_nan=False)] = 0.0
+    flag_days: Annotated[Count, Field(ge=0)] = 1
+
+
 class AssignmentEntry(_Model):
     """One entry under ``assignments:`` in ``grading.yaml``."""
 
@@ -130,6 +144,8 @@ class AssignmentEntry(_Model):
     canvas_id: LmsId = None
     moodle_id: LmsId = None
     limits: LimitsConfig | None = None
+    due: AwareDatetime | None = None
+    late_policy: LatePolicy | None = None
 
 
 class Course(_Model):
@@ -139,6 +155,7 @@ class Course(_Model):
     course: str = "JAX course"
     seed: Count = 0
     limits: LimitsConfig = LimitsConfig()
+    late_policy: LatePolicy = LatePolicy()
     assignments: dict[str, AssignmentEntry]
 
     @field_validator("assignments", mode="before")
@@ -196,6 +213,8 @@ class Course(_Model):
             limits=LimitsConfig(**merged).to_limits(),
             seed=combine_seeds(self.seed, config.seed),
             functions=config.functions,
+            due=entry.due,
+            late_policy=entry.late_policy or self.late_policy,
         )
         required = [("starter notebook", resolved.starter, False), ("public tests", resolved.public_tests, True)]
         if staff:
@@ -228,6 +247,34 @@ class Assignment:
     limits: Limits
     seed: int
     functions: tuple[str, ...]
+    due: datetime | None = None
+    late_policy: LatePolicy = dataclasses.field(default_factory=LatePolicy)
+
+    def version(self) -> str:
+        """``<grader version>+<digest>``: changes when anything that decides a grade changes (the
+        tests, the reference, the settings, the grader), so that resumed batches regrade."""
+        from grader import __version__
+
+        h = hashlib.sha256()
+        settings = {
+            "limits": dataclasses.asdict(self.limits),
+            "seed": self.seed,
+            "functions": self.functions,
+            "devices": self.config.devices,
+            "tolerance": self.config.tolerance.model_dump(),
+            "due": self.due.isoformat() if self.due else None,
+            "late_policy": self.late_policy.model_dump(),
+        }
+        h.update(json.dumps(settings, sort_keys=True).encode())
+        files = [self.student_dir / ASSIGNMENT_FILE, self.solution]
+        for folder in (self.public_tests, self.hidden_tests):
+            if folder.is_dir():
+                files += sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+        for path in files:
+            if path.is_file():
+                h.update(path.relative_to(self.course.root).as_posix().encode() + b"\0")
+                h.update(hashlib.sha256(path.read_bytes()).digest())
+        return f"{__version__}+{h.hexdigest()[:16]}"
 
 
 def combine_seeds(course_seed: int, assignment_seed: int) -> int:
@@ -309,6 +356,10 @@ _EXPECTED = {
     "model_attributes_type": "expected a mapping",
     "tuple_type": "expected a list",
     "list_type": "expected a list",
+    "timezone_aware": "expected a date and time with a UTC offset (e.g. 2026-12-01T23:59:00+01:00)",
+    "datetime_type": "expected a date and time with a UTC offset (e.g. 2026-12-01T23:59:00+01:00)",
+    "datetime_parsing": "expected a date and time with a UTC offset (e.g. 2026-12-01T23:59:00+01:00)",
+    "datetime_from_date_parsing": "expected a date and time with a UTC offset (e.g. 2026-12-01T23:59:00+01:00)",
 }
 
 
@@ -357,6 +408,8 @@ def _describe(value: Any) -> str:
         return "an empty list" if not value else "a list"
     if value is None:
         return "nothing (null)"
+    if isinstance(value, (datetime, date)):
+        return f"{value.isoformat()} (no UTC offset)" if isinstance(value, datetime) else value.isoformat()
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     text = repr(value)

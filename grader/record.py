@@ -26,6 +26,8 @@ class TestResult:
     title: str = ""
     duration: float = 0.0
 
+    __test__ = False  # not a pytest test class, despite the name
+
 
 @dataclass
 class Record:

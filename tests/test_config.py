@@ -139,6 +139,28 @@ def test_find_course_root_without_grading_yaml(tmp_path: Path, monkeypatch: pyte
             id="bool-is-not-a-number",
         ),
         pytest.param(
+            GRADING + "    due: 2026-12-01T23:59:00\n",
+            "grading.yaml: assignments.demo.due: expected a date and time with a UTC offset "
+            "(e.g. 2026-12-01T23:59:00+01:00), got 2026-12-01T23:59:00 (no UTC offset)",
+            id="due-without-offset",
+        ),
+        pytest.param(
+            GRADING + "    due: 2026-12-01\n",
+            "grading.yaml: assignments.demo.due: expected a date and time with a UTC offset "
+            "(e.g. 2026-12-01T23:59:00+01:00), got 2026-12-01",
+            id="due-date-only",
+        ),
+        pytest.param(
+            GRADING + "late_policy: {percent_per_dya: 10}\n",
+            "grading.yaml: late_policy.percent_per_dya: unknown key; did you mean 'percent_per_day'?",
+            id="late-policy-typo",
+        ),
+        pytest.param(
+            GRADING + "late_policy: {percent_per_day: 150}\n",
+            "grading.yaml: late_policy.percent_per_day: expected a value less than or equal to 100, got 150",
+            id="late-policy-over-100",
+        ),
+        pytest.param(
             "course: x\n",
             "grading.yaml: assignments: required key is missing",
             id="missing-key",
@@ -311,6 +333,26 @@ def test_defaults_in_an_override_do_not_reset_the_course(tmp_path: Path) -> None
     make_course(tmp_path, grading=grading, assignment=ASSIGNMENT + "limits: {call_timeout: 5}\n")
     limits = load_course(tmp_path).assignment("demo").limits
     assert (limits.cell_timeout, limits.call_timeout) == (10, 5)
+
+
+def test_due_date_and_late_policy(tmp_path: Path) -> None:
+    grading = GRADING.replace("assignments:\n", "late_policy: {percent_per_day: 10, max_percent: 50}\nassignments:\n")
+    make_course(tmp_path, grading=grading + "    due: 2026-12-01T23:59:00+01:00\n")
+    a = load_course(tmp_path).assignment("demo")
+    assert a.due is not None and a.due.isoformat() == "2026-12-01T23:59:00+01:00"
+    assert a.late_policy.percent_per_day == 10 and a.late_policy.max_percent == 50
+
+
+def test_assignment_version_follows_what_decides_grades(tmp_path: Path) -> None:
+    make_course(tmp_path)
+    before = load_course(tmp_path).assignment("demo").version()
+    assert before == load_course(tmp_path).assignment("demo").version()
+    hidden = tmp_path / "reference" / "demo" / "tests" / "test_hidden.py"
+    hidden.write_text("# changed\n")
+    after = load_course(tmp_path).assignment("demo").version()
+    assert after != before
+    (tmp_path / "grading.yaml").write_text(GRADING + "    due: 2026-12-01T23:59:00+01:00\n")
+    assert load_course(tmp_path).assignment("demo").version() != after
 
 
 def test_limits_config_matches_sandbox_limits() -> None:
