@@ -1,4 +1,4 @@
-"""The ``jaxgrade`` command line: ``check``, ``grade``, ``validate``, ``list``.
+"""The ``jaxgrade`` command line: ``check``, ``grade``, ``export``, ``gradescope``, ``validate``, ``list``.
 
 The library never prints; this module does.  ``main(argv) -> int`` is the testable entry point,
 and :func:`_fail` is the one place that turns an expected error into a message and a TIP.
@@ -13,7 +13,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from grader import __version__
 from grader.config import Assignment, ConfigError, find_course_root, load_course
@@ -120,74 +120,210 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 # --------------------------------------------------------------------------- grade
 
 
-def collect_submissions(inputs: list[str]) -> list[tuple[Path, str]]:
-    """(path, student id) for every submission named on the command line."""
-    found: list[Path] = []
-    for raw in inputs:
-        p = Path(raw)
-        if p.is_dir():
-            found += sorted(q for q in p.rglob("*.ipynb") if ".ipynb_checkpoints" not in q.parts and q.is_file())
-        elif p.is_file():
-            found.append(p)
-        else:
-            raise CliError(f"{p}: no such file or directory", "Pass notebooks or folders of notebooks.")
-    seen: dict[str, Path] = {}
-    out: list[tuple[Path, str]] = []
-    for p in found:
-        student = p.stem
-        if student in seen and seen[student].resolve() != p.resolve():
-            raise CliError(
-                f"two submissions for student {student!r}: {seen[student]} and {p}",
-                "Keep one notebook per student (the file name, without .ipynb, is the student id).",
-            )
-        if student not in seen:
-            seen[student] = p
-            out.append((p, student))
-    return out
-
-
 def cmd_grade(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from grader.grading import grade_many
-    from grader.output import grades_csv, write_atomic, write_record
+    from grader.intake import IntakeError, collect
 
     assignment = _assignment(args, args.assignment)
-    subs = collect_submissions(args.submissions)
-    if not subs:
-        raise CliError("no submissions found", "Pass notebooks (.ipynb) or folders that contain them.")
     out_dir = Path(args.out)
-    (out_dir / "results").mkdir(parents=True, exist_ok=True)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise CliError(f"{out_dir}: not a directory", "Pass a directory for --out (it is created if needed).")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        intake = collect([Path(s) for s in args.submissions], out_dir / "submissions")
+    except IntakeError as exc:
+        raise CliError(exc.message, exc.tip) from None
+    for line in intake.lines():
+        print(line, file=err)
+    if not intake.submissions:
+        raise CliError("no submissions found", "Pass notebooks (.ipynb), folders that contain them, or an LMS zip.")
     _warn_isolation(args.isolation, err)
-    jobs = args.jobs or max(1, min(os.cpu_count() or 1, len(subs)))
-    print(f"grading {len(subs)} submission(s) of {assignment.name} with {jobs} job(s) into {out_dir}", file=err)
-    t0 = time.monotonic()
-    records: list[Record] = []
+    from grader.batch import Batch
 
-    def progress(path: Path, rec: Record) -> None:
-        write_record(out_dir, rec)
-        records.append(rec)
+    batch = Batch(assignment, out_dir, isolation=args.isolation)
+    with batch:
+        todo = batch.plan(intake.submissions, regrade=args.regrade)
+        jobs = args.jobs or max(1, min(os.cpu_count() or 1, len(todo) or 1))
+        skipped = len(intake.submissions) - len(todo)
         print(
-            f"[{len(records)}/{len(subs)}] {rec.student}: {rec.score:g}/{rec.max_score:g} {rec.status}"
-            f" ({rec.timings.get('total', 0):.1f}s)" + (f" — {rec.message[:120]}" if rec.status != "graded" else ""),
+            f"{assignment.name}: {len(intake.submissions)} submission(s), {skipped} already graded"
+            + (" (use --regrade to grade them again)" if skipped else "")
+            + (f", {len(todo)} to grade with {jobs} job(s)" if todo else ""),
             file=err,
-            flush=True,
         )
+        with _Progress(len(todo), err) as progress:
+            batch.run(todo, jobs=jobs, on_record=progress.advance)
+        records = batch.finish(intake.submissions)
+    _summary(records, progress.elapsed, len(todo), out_dir, err)
+    return EXIT_OK
 
-    grade_many(
-        assignment,
-        [p for p, _ in subs],
-        jobs=jobs,
-        students={p: s for p, s in subs},
-        isolation=args.isolation,
-        on_result=progress,
-    )
-    write_atomic(out_dir / "grades.csv", grades_csv(records))
-    errors = sum(r.status == "error" for r in records)
-    timeouts = sum(r.status == "timeout" for r in records)
+
+class _Progress:
+    """A progress bar with counts and ETA on a terminal; plain lines otherwise."""
+
+    def __init__(self, total: int, err: TextIO) -> None:
+        from rich.console import Console
+
+        self.total, self.err = total, err
+        self.done = self.errors = self.timeouts = 0
+        self.t0 = time.monotonic()
+        self.elapsed = 0.0
+        self.console = Console(file=err, highlight=False)
+        self.bar: Any = None
+
+    def __enter__(self) -> _Progress:
+        if self.total and self.console.is_terminal:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self.bar = Progress(
+                TextColumn("grading"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[counts]}"),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                console=self.console,
+            )
+            self.bar.start()
+            self.task = self.bar.add_task("grading", total=self.total, counts=self._counts())
+        return self
+
+    def _counts(self) -> str:
+        return f"graded {self.done - self.errors - self.timeouts}, errors {self.errors}, timeouts {self.timeouts}"
+
+    def advance(self, rec: Record) -> None:
+        self.done += 1
+        self.errors += rec.status == "error"
+        self.timeouts += rec.status == "timeout"
+        line = f"{rec.student}: {rec.score:g}/{rec.max_score:g} {rec.status} ({rec.timings.get('total', 0):.1f}s)"
+        if rec.status != "graded":
+            line += f" — {rec.message[:120]}"
+        if self.bar is not None:
+            self.bar.update(self.task, advance=1, counts=self._counts())
+            self.bar.console.print(line, markup=False)
+            return
+        spent = time.monotonic() - self.t0
+        eta = spent / self.done * (self.total - self.done)
+        print(f"[{self.done}/{self.total}] {line}; {self._counts()}; ETA {_duration(eta)}", file=self.err, flush=True)
+
+    def __exit__(self, *exc: object) -> None:
+        self.elapsed = time.monotonic() - self.t0
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def _summary(records: list[Record], elapsed: float, graded_now: int, out_dir: Path, err: TextIO) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=err, highlight=False)
+    table = Table(title=f"{len(records)} student(s) in {out_dir / 'gradebook.db'}")
+    for col in ("status", "students", "mean score", "min", "max"):
+        table.add_column(col, justify="left" if col == "status" else "right")
+    for status in ("graded", "error", "timeout"):
+        group = [r for r in records if r.status == status]
+        if group:
+            scores = [r.score for r in group]
+            table.add_row(
+                status, str(len(group)), f"{sum(scores) / len(scores):.2f}", f"{min(scores):g}", f"{max(scores):g}"
+            )
+    late = [r for r in records if r.late]
+    if late:
+        table.caption = f"{len(late)} late submission(s); scores shown after the late deduction"
+    console.print(table)
     print(
-        f"done: {len(records)} graded in {time.monotonic() - t0:.1f}s ({errors} errors, {timeouts} timeouts); "
-        f"results in {out_dir / 'results'}, grades in {out_dir / 'grades.csv'}",
+        f"done: {graded_now} graded in {_duration(elapsed)}; results in {out_dir / 'results'}, "
+        f"feedback in {out_dir / 'feedback'}, report {out_dir / 'report.html'}, grades {out_dir / 'grades.csv'}",
         file=err,
     )
+
+
+# --------------------------------------------------------------------------- export / gradescope
+
+
+EXPORT_FILES = {"canvas": "canvas-{name}.csv", "moodle": "moodle-{name}.csv", "csv": "grades-{name}.csv"}
+
+
+def cmd_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from grader import exports
+    from grader.gradebook import Gradebook, GradebookError
+    from grader.output import write_atomic
+
+    src = Path(args.source)
+    db = src / "gradebook.db"
+    if not db.is_file():
+        raise CliError(f"{db}: no gradebook here", "Pass the --out directory of `jaxgrade grade` to --from.")
+    try:
+        gb = Gradebook(db)
+    except GradebookError as exc:
+        raise CliError(str(exc), "Pass the --out directory of `jaxgrade grade` to --from.") from None
+    with gb:
+        names = gb.assignments()
+        name = args.assignment
+        if name is None:
+            if len(names) != 1:
+                raise CliError(
+                    f"{db} holds {len(names)} assignments ({', '.join(names) or 'none'})",
+                    "Name one with --assignment NAME." if names else "Grade something first.",
+                )
+            name = names[0]
+        elif name not in names:
+            raise CliError(f"{db}: no results for assignment {name!r}", f"It holds: {', '.join(names) or 'nothing'}.")
+        info = gb.assignment(name)
+        records = gb.records(name)
+    assert info is not None
+    title, canvas_id, moodle_id = info.title, info.canvas_id, info.moodle_id
+    try:  # LMS ids added to grading.yaml after grading count without a regrade
+        entry = load_course(_course(args)).assignments.get(name)
+    except ConfigError:
+        entry = None
+    if entry is not None:
+        title = entry.title or title
+        canvas_id, moodle_id = entry.canvas_id or canvas_id, entry.moodle_id or moodle_id
+    meta = exports.ExportMeta(
+        name=name, title=title, points_possible=info.points_possible, canvas_id=canvas_id, moodle_id=moodle_id
+    )
+    try:
+        if args.format == "gradescope":
+            target = Path(args.out) if args.out else src / f"gradescope-{name}"
+            paths = exports.write_gradescope(records, target)
+            print(f"wrote {len(paths)} results.json file(s) under {target}", file=err)
+            return EXIT_OK
+        text = {"canvas": exports.canvas_csv, "moodle": exports.moodle_csv, "csv": exports.plain_csv}[args.format](
+            records, meta
+        )
+    except exports.ExportError as exc:
+        raise CliError(
+            str(exc), f"Set it under assignments.{name} in grading.yaml and export again from the course directory."
+        ) from None
+    if args.out == "-":
+        out.write(text)
+        return EXIT_OK
+    target = Path(args.out) if args.out else src / EXPORT_FILES[args.format].format(name=name)
+    write_atomic(target, text)
+    print(f"wrote {args.format} grades of {len(records)} student(s) for {name} to {target}", file=err)
+    return EXIT_OK
+
+
+def cmd_gradescope(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from grader.autograder import build_bundle
+
+    course = load_course(_course(args))
+    course.assignment(args.name)  # the same checks as grading: reference and hidden tests exist
+    target = build_bundle(course, args.name, Path(args.out))
+    print(f"wrote the Gradescope autograder for {args.name} to {target}", file=err)
     return EXIT_OK
 
 
@@ -252,11 +388,31 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser("grade", help="grade submissions with public and hidden tests (TAs)")
     g.add_argument("--assignment", required=True)
-    g.add_argument("--out", required=True, help="output directory (results/, grades.csv)")
+    g.add_argument(
+        "--out", required=True, help="output directory (gradebook.db, results/, feedback/, report.html, grades.csv)"
+    )
     g.add_argument("--jobs", type=int, default=0, help="submissions graded at once (default: the CPU count)")
-    g.add_argument("submissions", nargs="+", metavar="SUBMISSION", help="notebooks or folders")
+    g.add_argument("--regrade", action="store_true", help="grade again submissions the gradebook already holds")
+    g.add_argument(
+        "submissions",
+        nargs="+",
+        metavar="SUBMISSION",
+        help="notebooks, folders, or LMS downloads (Canvas or Moodle zip, Gradescope export)",
+    )
     common(g)
     g.set_defaults(func=cmd_grade)
+
+    e = sub.add_parser("export", help="grades for the LMS, from a graded directory's gradebook")
+    e.add_argument("--from", dest="source", required=True, metavar="DIR", help="the --out directory of `grade`")
+    e.add_argument("--format", required=True, choices=("canvas", "moodle", "gradescope", "csv"))
+    e.add_argument("--assignment", help="which assignment, when the gradebook holds several")
+    e.add_argument("--out", help="output file ('-' for stdout; a directory for gradescope); default: in DIR")
+    e.set_defaults(func=cmd_export)
+
+    gs = sub.add_parser("gradescope", help="build a Gradescope autograder zip for an assignment")
+    gs.add_argument("name")
+    gs.add_argument("--out", required=True, help="the zip to write, e.g. autograder.zip")
+    gs.set_defaults(func=cmd_gradescope)
 
     v = sub.add_parser("validate", help="check an assignment: reference full marks, mutants caught, starter ~0")
     v.add_argument("name")
@@ -289,4 +445,4 @@ if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
 
 
-__all__ = ["build_parser", "collect_submissions", "json", "main"]
+__all__ = ["build_parser", "json", "main"]

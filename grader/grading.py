@@ -274,9 +274,10 @@ def grade_many(
     # trusted worker processes (spawned: a fork after JAX starts can deadlock), started with the
     # assignment's device count so that references match the sandbox's setting
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(
-        max_workers=max(1, jobs), mp_context=ctx, initializer=_set_trusted_devices, initargs=(devices,)
-    ) as pool:
+    pool = ProcessPoolExecutor(
+        max_workers=max(1, jobs), mp_context=ctx, initializer=_init_worker, initargs=(devices, os.getpid())
+    )
+    try:
         futures = {
             pool.submit(
                 _grade_in_worker,
@@ -295,7 +296,33 @@ def grade_many(
             out[p] = rec
             if on_result:
                 on_result(p, rec)
+    except BaseException:
+        # interrupted (Ctrl-C) or a grader bug: stop now instead of finishing the queue; the
+        # workers' sandboxes die with them
+        pool.shutdown(wait=False, cancel_futures=True)
+        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+            with contextlib.suppress(Exception):
+                proc.kill()
+        raise
+    pool.shutdown()
     return out
+
+
+def _init_worker(devices: int, parent: int) -> None:
+    """A trusted worker: the parent's device count, and death with the parent (even when the
+    parent is SIGKILLed, so that no grading goes on, unseen, after ``jaxgrade grade`` is gone)."""
+    import signal
+
+    _set_trusted_devices(devices)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
 
 
 def collect_points(assignment: Assignment, *, hidden: bool = True) -> dict[str, float]:

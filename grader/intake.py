@@ -158,7 +158,16 @@ class IntakeReport:
 
 
 class IntakeError(Exception):
-    """Bad input the TA must fix; the message names the file and says what to do."""
+    """Bad input the TA must fix: ``message`` names the file and the problem, ``tip`` (by default
+    the message's last sentence, when it is advice) says what to do."""
+
+    def __init__(self, message: str, tip: str = "") -> None:
+        if not tip:
+            head, sep, tail = message.rpartition(". ")
+            if sep and tail[:1].isupper() and tail.endswith("."):
+                message, tip = head, tail
+        super().__init__(f"{message}. {tip}" if tip else message)
+        self.message, self.tip = message, tip
 
 
 class _Refused(Exception):

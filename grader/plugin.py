@@ -188,6 +188,10 @@ class GradingPlugin:
             self.results[-1].name = report.nodeid
 
     def finish(self) -> list[TestResult]:
+        """Name each result by its test function (and parameters); a name that two test files
+        share (a public and a hidden test) keeps its file's stem, ``test_hidden::test_x``."""
+        short = Counter(r.name.split("::", 1)[-1] for r in self.results)
         for r in self.results:
-            r.name = r.name.split("::", 1)[-1]
+            path, _, name = r.name.partition("::")
+            r.name = name if short[name] == 1 else f"{Path(path).stem}::{name}"
         return self.results

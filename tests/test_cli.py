@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -68,18 +69,36 @@ def test_grade_missing_path(tmp_path: Path) -> None:
     code, _, err = run("grade", "--assignment", "vmap_convolve", "--out", str(tmp_path / "o"), str(tmp_path / "none"))
     assert code == 2
     assert err.endswith(
-        f"jaxgrade: error: {tmp_path / 'none'}: no such file or directory\nTIP: Pass notebooks or folders of notebooks.\n"
+        f"jaxgrade: error: {tmp_path / 'none'}: no such file or directory\n"
+        "TIP: Pass notebooks (.ipynb), folders of notebooks, or the zip your LMS gave you.\n"
     )
 
 
-def test_grade_two_notebooks_for_one_student(tmp_path: Path) -> None:
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    for d in ("a", "b"):
-        shutil.copy(CORPUS / "correct_vmap.ipynb", tmp_path / d / "alice.ipynb")
-    code, _, err = run("grade", "--assignment", "vmap_convolve", "--out", str(tmp_path / "o"), str(tmp_path))
-    assert code == 2
-    assert "two submissions for student 'alice'" in err
+def test_grade_two_notebooks_for_one_student_grades_the_latest(tmp_path: Path) -> None:
+    from tests.minicourse import make_minicourse, notebook
+
+    course = make_minicourse(tmp_path / "course")
+    for d, kind, mtime in (("a", "full", 2_000_000_000), ("b", "zero", 1_000_000_000)):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "alice.ipynb").write_text(notebook(kind))
+        os.utime(tmp_path / d / "alice.ipynb", (mtime, mtime))
+    out = tmp_path / "o"
+    code, _, err = run(
+        "--course",
+        str(course),
+        "grade",
+        "--assignment",
+        "double",
+        "--out",
+        str(out),
+        str(tmp_path / "a"),
+        str(tmp_path / "b"),
+    )
+    assert code == 0, err
+    assert f"set aside 1 older: {tmp_path / 'b' / 'alice.ipynb'}" in err
+    alice = json.loads((out / "results" / "alice.json").read_text())
+    assert alice["score"] == 4.0
+    assert "graded the latest of several notebooks" in alice["message"]
 
 
 def test_list_shows_points_per_category() -> None:

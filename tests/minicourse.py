@@ -1,0 +1,95 @@
+"""A tiny course for batch tests: one assignment, ``double``, whose notebooks grade in seconds.
+
+``make_minicourse(root)`` writes grading.yaml, the assignment and reference trees; ``notebook(kind)``
+returns a submission's JSON text: "full" (4/4), "half" (public right, hidden wrong: 2/4), "zero"
+(nothing defined: 0/4), "crash" (the kernel dies: an error record).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from tests.conftest import build_notebook
+
+GRADING = """\
+course: Mini course
+seed: 1
+late_policy: {percent_per_day: 25, max_percent: 50}
+assignments:
+  double:
+    title: Doubling
+    canvas_id: "555"
+    moodle_id: "77"
+    due: 2026-11-01T23:59:00+00:00
+"""
+
+ASSIGNMENT = """\
+name: double
+title: Doubling
+notebook: double.ipynb
+functions: [double]
+"""
+
+PUBLIC = '''
+import numpy as np
+import pytest
+
+@pytest.mark.points(1)
+@pytest.mark.category("numerics")
+def test_double_small(submission):
+    """double(x) is 2 * x."""
+    assert submission.double(np.arange(3.0)).tolist() == [0.0, 2.0, 4.0]
+
+@pytest.mark.points(1)
+@pytest.mark.category("numerics")
+def test_double_scalar(submission):
+    """double works on a scalar array."""
+    assert float(submission.double(np.float64(2.0))) == 4.0
+'''
+
+HIDDEN = '''
+import numpy as np
+import pytest
+from grader.checks import assert_close
+
+@pytest.mark.points(2)
+@pytest.mark.category("numerics")
+@pytest.mark.parametrize("n", [5, 1000])
+def test_double_hidden(submission, reference, rng, n):
+    """double agrees with the reference on hidden inputs."""
+    x = rng.normal(size=n)
+    assert_close(submission.double(x), reference.double(x))
+'''
+
+SOLUTION = "def double(x):\n    return 2 * x\n"
+
+SOURCES = {
+    "full": ["def double(x):\n    return 2 * x"],
+    "half": ["import numpy as np\ndef double(x):\n    x = np.asarray(x)\n    return 2 * x if x.size < 5 else x"],
+    "zero": ["print('I did not do it')"],
+    "crash": ["import os\nos._exit(3)"],
+}
+
+
+def make_minicourse(root: Path) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "grading.yaml").write_text(GRADING)
+    student = root / "assignments" / "double"
+    reference = root / "reference" / "double"
+    (student / "tests").mkdir(parents=True)
+    (reference / "tests").mkdir(parents=True)
+    (student / "assignment.yaml").write_text(ASSIGNMENT)
+    (student / "double.ipynb").write_text(build_notebook("def double(x):\n    raise NotImplementedError"))
+    (student / "tests" / "test_public.py").write_text(textwrap.dedent(PUBLIC))
+    (reference / "tests" / "test_hidden.py").write_text(textwrap.dedent(HIDDEN))
+    (reference / "solution.py").write_text(SOLUTION)
+    return root
+
+
+def notebook(kind: str, salt: str = "") -> str:
+    """A submission of the given kind; ``salt`` makes its bytes (and sha256) unique."""
+    return build_notebook(*SOURCES[kind], f"# {salt}")
+
+
+EXPECTED = {"full": (4.0, "graded"), "half": (2.0, "graded"), "zero": (0.0, "graded"), "crash": (0.0, "graded")}
