@@ -72,6 +72,8 @@ def test_rerun_regrades_nothing_and_regrade_forces_it(course: Path, tmp_path: Pa
         assert (out / "results" / f"{s}.json").is_file() and (out / "feedback" / f"{s}.html").is_file()
     assert (out / "report.html").is_file() and (out / "grades.csv").is_file()
 
+    check_pages_in_browser(out)
+
     code, _, err = run(*args, str(tmp_path / "class"))
     assert code == 0 and "4 already graded" in err, err
     assert rows(out) == first  # nothing regraded: same rows, same grading times
@@ -88,6 +90,29 @@ def test_rerun_regrades_nothing_and_regrade_forces_it(course: Path, tmp_path: Pa
     assert code == 0 and "4 to grade" in err, err
     after = {s: t for s, _, t in rows(out)}
     assert all(after[s] >= t for s, _, t in first)
+
+
+def check_pages_in_browser(out: Path) -> None:
+    """The report and feedback pages, rendered by Chromium, show the gradebook's numbers."""
+    from browser import dump_dom, find_chromium, chromium_required
+    from test_feedback import parse
+
+    if find_chromium() is None and not chromium_required():
+        return
+    with Gradebook(out / "gradebook.db") as gb:
+        records = gb.records("double")
+    report = parse(dump_dom(out / "report.html"))
+    assert report.by_id("count").text == str(len(records))
+    mean = sum(r.score for r in records) / len(records)
+    assert report.by_id("mean").text == f"{mean:.2f}"
+    rows = {r.attrs["data-student"]: r for r in report.find_all("tr", cls="student")}
+    assert {s: float(r.attrs["data-score"]) for s, r in rows.items()} == {r.student: r.score for r in records}
+    for rec in records:
+        page = parse(dump_dom(out / rows[rec.student].find_all("a")[0].attrs["href"]))
+        assert page.by_id("score").text == f"{rec.score:g}" and page.by_id("status").attrs["data-status"] == rec.status
+        shown = {t.attrs["data-status"] for t in page.find_all("tr", cls="test")}
+        assert shown == {t.status for t in rec.tests}
+        assert "test_double_hidden[1000]" not in page.text and "test_double_hidden[case 2]" in page.text
 
 
 def test_late_policy_from_a_canvas_flag(course: Path, tmp_path: Path) -> None:
