@@ -235,11 +235,16 @@ class Session:
 
     def start(self) -> None:
         self.deadline = time.monotonic() + self.limits.wall_timeout
+        self._start_worker()
+        self._spawn_evaluator()  # it imports jax while the notebook runs, off the critical path
+
+    def _start_worker(self) -> None:
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
         self.scratch = make_scratch("jaxgrade-sub-")
         (self.scratch / NOTEBOOK_NAME).write_text(self.notebook_json, encoding="utf-8")
         self.worker = SandboxProcess("grader.worker", self.scratch, self.limits, self.isolation, self.env, self.protect)
         self.worker.start()
-        self._spawn_evaluator()  # it imports jax while the notebook runs, off the critical path
         self.worker.send(
             {
                 "op": "start",
@@ -250,25 +255,62 @@ class Session:
         )
 
     def execute(self) -> ExecutionReport:
-        """Wait for the kernel, execute every cell, and return what happened."""
+        """Wait for the kernel, execute every cell, and return what happened.
+
+        A cell that takes the whole sandbox down (it killed the worker: ``os.kill(os.getppid())``,
+        ``os.kill(-1, SIGKILL)``) is reported as such, and a fresh sandbox runs the notebook again
+        without it, at most ``max_restarts`` times."""
         if self.worker is None:
             self.start()
         assert self.worker is not None
         t0 = time.monotonic()
+        startup = 0.0
+        skip: list[int] = []
         try:
-            ready, _ = self.worker.recv(self._remaining(180.0))
-            if not ready.get("ok"):
-                self.report = ExecutionReport(False, message=str(ready.get("error", "kernel failed"))[:2000])
-                return self.report
-            startup = time.monotonic() - t0
-            self.worker.send({"op": "execute", "notebook": NOTEBOOK_NAME})
-            done, _ = self.worker.recv(self._remaining(self.limits.wall_timeout))
+            while True:
+                t_ready = time.monotonic()
+                ready, _ = self.worker.recv(self._remaining(180.0))
+                if not ready.get("ok"):
+                    self.report = ExecutionReport(False, message=str(ready.get("error", "kernel failed"))[:2000])
+                    return self.report
+                startup += time.monotonic() - t_ready
+                self.worker.send({"op": "execute", "notebook": NOTEBOOK_NAME, "skip": skip})
+                current: int | None = None
+                try:
+                    while True:
+                        msg, _ = self.worker.recv(self._remaining(self.limits.wall_timeout))
+                        if msg.get("op") != "cell":
+                            done = msg
+                            break
+                        current = msg.get("index") if type(msg.get("index")) is int else None
+                except protocol.ChannelTimeout:
+                    raise
+                except protocol.ProtocolError:
+                    if current is None or current in skip or len(skip) >= self.limits.max_restarts:
+                        raise
+                    skip.append(current)  # that cell killed the worker: run the notebook again without it
+                    self.worker.kill()
+                    self._start_worker()
+                    continue
+                break
             cells = [_cell_from(c) for c in done.get("cells", [])][:10_000]
+            for index in skip:
+                cells = [c for c in cells if c.index != index]
+                cells.append(
+                    CellRecord(
+                        index=index,
+                        status="died",
+                        message="this cell killed the grader's process in the sandbox (os.kill of its parent, "
+                        "of its process group or of every process): a fresh sandbox ran the notebook again "
+                        "without this cell",
+                    )
+                )
+            cells.sort(key=lambda c: c.index)
             self.exec_map = _exec_map(done.get("exec_map"))
             self.report = ExecutionReport(
                 ok=True,
                 cells=cells,
-                restarts=int(done.get("restarts", 0)) if isinstance(done.get("restarts"), int) else 0,
+                restarts=(int(done.get("restarts", 0)) if isinstance(done.get("restarts"), int) else 0) + len(skip),
                 duration=time.monotonic() - t0 - startup,
                 startup=startup,
             )

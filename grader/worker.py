@@ -20,6 +20,7 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from grader import protocol
@@ -29,6 +30,7 @@ _CELL_LOC = re.compile(r"(?:Cell In\s*\[(\d+)\]|<ipython-input-(\d+)-[0-9a-f]+>)
 _CELL_LINE = re.compile(r"^-*>\s*(\d+)\s")
 
 PROBE_TIMEOUT = 5.0
+SEND_TIMEOUT = 5.0
 WARMUP = "import numpy, jax, jax.numpy"
 
 
@@ -112,9 +114,23 @@ class NotebookRunner:
         self.client.km = self.client.create_kernel_manager()
         self.client.start_new_kernel(cwd=self.scratch)
         self.client.start_new_kernel_client()
+        self._bound_sends()
         self.alive = True
         self.exec_map = {}
         self._synthetic(WARMUP, 120)
+
+    def _bound_sends(self) -> None:
+        """A send to the kernel gives up after SEND_TIMEOUT instead of blocking for ever: ZeroMQ
+        blocks a send when the peer is gone, and a cell that writes garbage into the kernel's own
+        sockets (or kills its I/O threads) leaves exactly that."""
+        import zmq
+
+        kc = self.client.kc
+        for name in ("shell_channel", "control_channel", "stdin_channel"):
+            sock = getattr(getattr(kc, name, None), "socket", None)
+            if sock is not None:
+                sock.setsockopt(zmq.SNDTIMEO, int(SEND_TIMEOUT * 1000))
+                sock.setsockopt(zmq.LINGER, 0)
 
     def kernel_pid(self) -> int | None:
         try:
@@ -152,13 +168,28 @@ class NotebookRunner:
         return killed
 
     def kill(self) -> None:
+        """Kill the kernel, then drop its channels.  The kernel goes first, and the channels get
+        a bounded wait: a cell that broke its own sockets leaves the heartbeat thread stuck, and
+        ``stop_channels`` would join it for ever."""
+        import threading
+
         try:
-            if self.client.kc is not None:
-                self.client.kc.stop_channels()
             if self.client.km is not None:
                 self.client.km.shutdown_kernel(now=True)
         except Exception:
             traceback.print_exc()
+        kc = self.client.kc
+        if kc is not None:
+
+            def stop() -> None:
+                try:
+                    kc.stop_channels()
+                except Exception:
+                    traceback.print_exc()
+
+            t = threading.Thread(target=stop, daemon=True)
+            t.start()
+            t.join(SEND_TIMEOUT)
         self.alive = False
 
     def restart_and_replay(self, skip: int | None = None) -> bool:
@@ -185,12 +216,13 @@ class NotebookRunner:
         return self._exec(cell, -1, store_history=False)
 
     def _exec(self, cell: Any, index: int, store_history: bool = True) -> tuple[str, dict[str, Any]]:
+        import zmq
         from nbclient.exceptions import DeadKernelError
 
         self.holder.cells = [cell]  # nbclient writes the executed cell back into its notebook
         try:
             self.client.execute_cell(cell, 0, store_history=store_history)
-        except DeadKernelError:
+        except (DeadKernelError, zmq.ZMQError):  # dead, or unreachable (see _bound_sends)
             self.alive = False
             return "died", {}
         reply = getattr(self.client, "_jaxgrade_last_reply", None) or {}
@@ -211,7 +243,10 @@ class NotebookRunner:
             return "timeout", reply
         return "stuck", reply
 
-    def execute_notebook(self, nb: Any) -> None:
+    def execute_notebook(
+        self, nb: Any, *, skip: set[int] = frozenset(), on_cell: Callable[[int], None] | None = None
+    ) -> None:
+        """Run the notebook's code cells in order, except ``skip``; ``on_cell(i)`` before cell i."""
         self.cells = []
         for cell in nb.cells:
             if cell.cell_type != "code":
@@ -222,8 +257,10 @@ class NotebookRunner:
             clean = nbformat.v4.new_code_cell(cell.source)
             self.cells.append(clean)
         for i, cell in enumerate(self.cells):
-            if cell is None or not cell.source.strip():
+            if cell is None or not cell.source.strip() or i in skip:
                 continue
+            if on_cell is not None:
+                on_cell(i)
             rec: dict[str, Any] = {"index": i, "status": "ok"}
             if not self.alive:
                 rec["status"] = "skipped"
@@ -246,7 +283,7 @@ class NotebookRunner:
             elif status in ("stuck", "died"):
                 why = (
                     f"did not stop within {PROBE_TIMEOUT:g}s of an interrupt after running "
-                    f"{self.cell_timeout:g}s (a long jitted computation, or SIGINT ignored): the kernel was killed"
+                    f"{self.cell_timeout:g}s (a long jitted computation, SIGINT ignored, or a kernel that stopped answering): the kernel was killed"
                     if status == "stuck"
                     else "the kernel died while running this cell (os._exit, a crash, or out of memory)"
                 )
@@ -417,8 +454,11 @@ def main(argv: list[str] | None = None) -> int:
     import nbformat
 
     nb = nbformat.read(os.path.join(args.scratch, header["notebook"]), as_version=4)
+    skip = {i for i in header.get("skip", []) if type(i) is int}
     t0 = time.monotonic()
-    runner.execute_notebook(nb)
+    runner.execute_notebook(
+        nb, skip=skip, on_cell=lambda i: protocol.write_frame(proto_out, {"op": "cell", "index": i})
+    )
     protocol.write_frame(
         proto_out,
         {

@@ -49,6 +49,7 @@ def test_double_scalar(submission):
 '''
 
 HIDDEN = '''
+# jaxgrade-secret-marker: the hidden tests
 import numpy as np
 import pytest
 from grader.checks import assert_close
@@ -62,7 +63,8 @@ def test_double_hidden(submission, reference, rng, n):
     assert_close(submission.double(x), reference.double(x))
 '''
 
-SOLUTION = "def double(x):\n    return 2 * x\n"
+SOLUTION = "# jaxgrade-secret-marker: the reference solution\ndef double(x):\n    return 2 * x\n"
+SECRET = "jaxgrade-secret-marker"  # in the reference and the hidden tests: attacks look for it
 
 SOURCES = {
     "full": ["def double(x):\n    return 2 * x"],
@@ -72,9 +74,10 @@ SOURCES = {
 }
 
 
-def make_minicourse(root: Path) -> Path:
+def make_minicourse(root: Path, limits: str = "") -> Path:
+    """The course at ``root``; ``limits`` is YAML for grading.yaml's ``limits:`` (e.g. "{cell_timeout: 5}")."""
     root.mkdir(parents=True, exist_ok=True)
-    (root / "grading.yaml").write_text(GRADING)
+    (root / "grading.yaml").write_text(GRADING + (f"limits: {limits}\n" if limits else ""))
     student = root / "assignments" / "double"
     reference = root / "reference" / "double"
     (student / "tests").mkdir(parents=True)

@@ -1,0 +1,296 @@
+"""Write the hostile corpus: notebooks that attack the grader, graded against tests/minicourse.py.
+
+Run ``python tests/corpus/hostile/make_corpus.py`` to regenerate the notebooks; their expected
+outcomes live in ``expected.yaml`` (kept by hand, read by ``tests/test_hostile.py``).
+
+Confidentiality attacks define ``double`` correctly only when the attack found what it looked
+for (the marker ``jaxgrade-secret-marker`` in the reference or hidden tests, or the course's
+files), so a score of 0 means it found nothing; the process-isolation control run, where
+nothing hides the course, shows that the same attack does find it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+OK = "def double(x):\n    return 2 * x"
+IF_FOUND = "def double(x):\n    return 2 * x if FOUND else 3 * x"
+WRONG = "def double(x):\n    return 3 * x"
+
+SEARCH_DISK = r'''
+import os, time
+FOUND = []
+deadline = time.monotonic() + 6
+names = {"solution.py", "test_hidden.py", "grading.yaml", "gradebook.db"}
+starts = [os.getcwd(), *[str(p) for p in __import__("pathlib").Path.cwd().parents], "/tmp", "/work", "/root", "/home", "/srv", "/opt", "/"]
+seen = set()
+for start in starts:
+    for dirpath, dirnames, filenames in os.walk(start):
+        if time.monotonic() > deadline or FOUND:
+            break
+        if dirpath in seen or dirpath.startswith(("/proc", "/sys", "/dev")):
+            dirnames[:] = []
+            continue
+        seen.add(dirpath)
+        for n in names.intersection(filenames):
+            try:
+                text = open(os.path.join(dirpath, n), "rb").read(200000)
+            except OSError:
+                continue
+            if b"jaxgrade-secret-marker" in text or n in ("grading.yaml", "gradebook.db"):
+                FOUND.append(os.path.join(dirpath, n))
+'''
+
+SEARCH_PROC = r'''
+import os
+FOUND = []
+for pid in os.listdir("/proc"):
+    if not pid.isdigit():
+        continue
+    for what in ("cmdline", "environ"):
+        try:
+            data = open(f"/proc/{pid}/{what}", "rb").read()
+        except OSError:
+            continue
+        if b"jaxgrade-secret-marker" in data or b"reference" in data or b"grading.yaml" in data:
+            FOUND.append((pid, what))
+    try:
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+        for root in [cwd, *map(str, __import__("pathlib").Path(cwd).parents)]:
+            if os.path.exists(os.path.join(root, "grading.yaml")) or os.path.isdir(os.path.join(root, "reference")):
+                FOUND.append((pid, root))
+    except OSError:
+        pass
+'''
+
+SEARCH_ENV = r'''
+import os
+FOUND = []
+for key, value in os.environ.items():
+    for part in value.split(os.pathsep):
+        if "reference" in part or "grading.yaml" in part:
+            FOUND.append(key)
+        elif part.startswith("/") and (os.path.exists(os.path.join(part, "grading.yaml")) or os.path.isdir(os.path.join(part, "reference"))):
+            FOUND.append(key)
+'''
+
+READ_OTHERS = r'''
+import glob, os
+FOUND = []
+for pattern in ("/tmp/jaxgrade-*/**/*.ipynb", "/tmp/*/submission*.ipynb", "/tmp/**/s0*_*.ipynb", "/var/tmp/**/*.ipynb"):
+    for path in glob.glob(pattern, recursive=True):
+        if os.path.realpath(path).startswith(os.path.realpath(os.getcwd())):
+            continue
+        FOUND.append(path)
+'''
+
+WRITE_OUTSIDE = r'''
+import os, sys, site
+targets = ["/tmp", "/var/tmp", "/dev/shm", "/root", "/home", "/work", "/opt", "/opt/jaxgrade", "/opt/jaxgrade/grader",
+           os.path.expanduser("~"), sys.prefix, os.path.dirname(os.__file__), *site.getsitepackages(),
+           *[str(p) for p in __import__("pathlib").Path.cwd().parents]]
+for guess in ("results", "out", "../results", "../../results", "../out/results"):
+    targets.append(os.path.join(os.getcwd(), guess))
+WROTE = []
+for t in targets:
+    try:
+        with open(os.path.join(t, "jaxgrade-pwned.txt"), "w") as f:
+            f.write("pwned")
+        WROTE.append(t)
+    except OSError:
+        pass
+'''
+
+FORGE_RESULTS = r'''
+import json, os
+forged = {"assignment": "double", "student": "me", "status": "graded", "score": 1000, "max_score": 4, "tests": []}
+for d in ("results", "../results", "../../results", "/tmp/results", "/sandbox/results"):
+    try:
+        os.makedirs(d, exist_ok=True)
+        for name in ("s00_full.json", "me.json", "h_forge_results_files.json"):
+            with open(os.path.join(d, name), "w") as f:
+                json.dump(forged, f)
+    except OSError:
+        pass
+'''
+
+FORGE_FRAMES = r'''
+import json, os, struct
+header = json.dumps({"id": 1, "ok": True, "op": "call", "values": {"t": "array", "kind": "numpy", "i": 0}, "score": 4}).encode()
+frame = b"JGF1" + struct.pack("<I", len(header)) + header + struct.pack("<Q", 0)
+junk = b"JGF1" + b"\xff" * 64
+for fd in range(0, 1024):
+    for data in (frame, junk, b"\x00" * 4096):
+        try:
+            os.write(fd, data)
+        except OSError:
+            break
+'''
+
+PATCH_NUMPY = r'''
+import numpy as np, numpy.testing
+np.allclose = lambda *a, **k: True
+np.array_equal = lambda *a, **k: True
+np.testing.assert_allclose = lambda *a, **k: None
+np.ndarray.tolist = lambda self: [0.0, 2.0, 4.0]
+'''
+
+PATCH_JAX = r'''
+import jax, jax.numpy as jnp
+jax.jit = lambda f, *a, **k: f
+jnp.allclose = lambda *a, **k: True
+jax.numpy.array_equal = lambda *a, **k: True
+jax.export.export = None
+'''
+
+PATCH_PYTEST = r'''
+import sys, types
+try:
+    import pytest, _pytest.outcomes
+    pytest.approx = lambda *a, **k: True
+    _pytest.outcomes.fail = lambda *a, **k: None
+except Exception:
+    pass
+fake = types.ModuleType("pytest")
+fake.main = lambda *a, **k: 0
+sys.modules["pytest"] = fake
+'''
+
+PATCH_GRADER = r'''
+import sys
+patched = []
+for name in ("grader.kernel_side", "grader.protocol", "grader.checks", "grader.plugin", "grader.record", "grader.grading", "grader.session"):
+    try:
+        mod = __import__(name, fromlist=["*"])
+    except Exception:
+        continue
+    for attr in dir(mod):
+        obj = getattr(mod, attr)
+        if callable(obj) and not attr.startswith("__") and getattr(obj, "__module__", "") == name:
+            try:
+                setattr(mod, attr, lambda *a, **k: {"ok": True, "score": 1000})
+                patched.append(f"{name}.{attr}")
+            except Exception:
+                pass
+'''
+
+EQ_TRUE = '''
+class Always:
+    def __eq__(self, other): return True
+    def __ne__(self, other): return False
+    def __array__(self, *a, **k):
+        import numpy as np
+        return np.zeros(3)
+    def tolist(self): return [0.0, 2.0, 4.0]
+    def __float__(self): return 4.0
+def double(x):
+    return Always()
+'''
+
+ARRAY_DUNDER = '''
+import numpy as np
+class Sneaky:
+    """Converts to the right answer once, then to garbage."""
+    def __init__(self, x): self.x, self.n = np.asarray(x), 0
+    def __array__(self, *a, **k):
+        self.n += 1
+        return 2 * self.x if self.n == 1 else np.zeros_like(self.x)
+def double(x):
+    return Sneaky(x)
+'''
+
+SUBCLASS = '''
+import numpy as np
+class Liar(np.ndarray):
+    def __eq__(self, other): return np.ones(np.shape(other), bool)
+    def tolist(self): return [0.0, 2.0, 4.0]
+    def __float__(self): return 4.0
+def double(x):
+    return np.zeros(np.shape(x)).view(Liar)
+'''
+
+NUMBERS = {
+    "h_nan_results": "import numpy as np\ndef double(x):\n    return np.full(np.shape(x), np.nan)",
+    "h_inf_results": "import numpy as np\ndef double(x):\n    return np.full(np.shape(x), np.inf)",
+    "h_huge_returned_array": "import numpy as np\ndef double(x):\n    return np.zeros(600_000_000)  # 4.8 GB of float64",
+}
+
+BOMBS = {
+    "h_fork_bomb": "import os\npids = []\ntry:\n    while True:\n        pid = os.fork()\n        if pid == 0:\n            import time\n            time.sleep(1000)\n            os._exit(0)\n        pids.append(pid)\nexcept OSError as e:\n    print('fork failed after', len(pids), e)",
+    "h_subprocess_sleepers": "import subprocess\nprocs = [subprocess.Popen(['sleep', '100000'], start_new_session=True) for _ in range(20)]",
+    "h_thread_bomb": "import threading, time\nthreads = []\ntry:\n    for _ in range(100000):\n        t = threading.Thread(target=time.sleep, args=(1000,), daemon=True)\n        t.start()\n        threads.append(t)\nexcept RuntimeError as e:\n    print('threads:', len(threads), e)",
+    "h_numpy_memory_bomb": "import numpy as np\nhog = np.ones(10**12)",
+    "h_xla_memory_bomb": "import jax.numpy as jnp\nhog = jnp.ones((200_000, 200_000))\nhog.block_until_ready()",
+    "h_memory_creep": "hog = []\nwhile True:\n    hog.append(bytearray(100 * 2**20))",
+    "h_while_loop_forever": "import jax\nfrom jax import lax\n@jax.jit\ndef spin(x):\n    return lax.while_loop(lambda c: c >= 0, lambda c: c + 1.0, x)\nspin(0.0).block_until_ready()",
+    "h_sleep_forever": "import time\ntime.sleep(10**9)",
+    "h_sigint_ignored": "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass",
+    "h_os_exit": "import os\nos._exit(7)",
+    "h_sys_exit": "import sys\nsys.exit(3)",
+    "h_segfault_ctypes": "import ctypes\nctypes.string_at(0)",
+    "h_unbounded_recursion": "import sys\nsys.setrecursionlimit(10**8)\ndef f(n):\n    return f(n + 1) + 1\nf(0)",
+    "h_kill_parent": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)",
+    "h_kill_process_group": "import os, signal\nos.killpg(os.getpgid(0), signal.SIGKILL)",
+    "h_kill_everything": "import os, signal\nos.kill(-1, signal.SIGKILL)",
+    "h_input_call": "name = input('your name? ')",
+    "h_network_access": "import socket, urllib.request\nreached = []\nfor host, port in (('1.1.1.1', 53), ('8.8.8.8', 443), ('pypi.org', 443)):\n    try:\n        socket.create_connection((host, port), timeout=3).close()\n        reached.append(host)\n    except OSError:\n        pass\nassert not reached, reached",
+    "h_huge_print": "import sys\nchunk = 'x' * 1_000_000 + '\\n'\nfor _ in range(300):\n    sys.stdout.write(chunk)",
+    "h_huge_stderr": "import sys\nchunk = 'e' * 1_000_000\nfor _ in range(200):\n    sys.stderr.write(chunk)",
+    "h_plant_python_files": "import os\nos.makedirs('grader', exist_ok=True)\nfor path, text in (('grader/__init__.py', 'raise SystemExit(\"planted\")'), ('pytest.py', 'raise SystemExit(\"planted\")'), ('conftest.py', 'import os; os._exit(9)'), ('sitecustomize.py', 'import os; os._exit(9)'), ('numpy.py', 'raise ImportError(\"planted\")')):\n    with open(path, 'w') as f:\n        f.write(text)\nimport os\nos._exit(1)  # restart the kernel so that it starts next to the planted files",
+}
+
+
+def notebook(*sources: str, name: str = "") -> dict:
+    cells = [
+        {"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {}, "outputs": [], "source": src}
+        for i, src in enumerate(sources)
+    ]
+    return {
+        "cells": cells,
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+
+
+def corpus() -> dict[str, dict]:
+    nbs = {
+        "h_search_disk_for_tests": notebook(SEARCH_DISK, IF_FOUND),
+        "h_search_proc": notebook(SEARCH_PROC, IF_FOUND),
+        "h_search_environment": notebook(SEARCH_ENV, IF_FOUND),
+        "h_read_other_submissions": notebook(READ_OTHERS, IF_FOUND),
+        "h_write_outside_scratch": notebook(WRITE_OUTSIDE, OK),
+        "h_forge_results_files": notebook(FORGE_RESULTS, WRONG),
+        "h_forge_protocol_frames": notebook(FORGE_FRAMES, WRONG),
+        "h_forge_frames_from_function": notebook("def double(x):\n" + "\n".join("    " + l for l in FORGE_FRAMES.strip().splitlines()) + "\n    return 3 * x"),
+        "h_patch_numpy": notebook(PATCH_NUMPY, WRONG),
+        "h_patch_jax": notebook(PATCH_JAX, WRONG),
+        "h_patch_pytest": notebook(PATCH_PYTEST, WRONG),
+        "h_patch_grader_modules": notebook(PATCH_GRADER, WRONG),
+        "h_eq_always_true": notebook(EQ_TRUE),
+        "h_array_dunder_trick": notebook(ARRAY_DUNDER),
+        "h_ndarray_subclass": notebook(SUBCLASS),
+        "h_sleep_in_function": notebook("import time\ndef double(x):\n    time.sleep(10**6)\n    return 2 * x"),
+        "h_exit_in_function": notebook("import os\ndef double(x):\n    os._exit(0)"),
+        "h_non_ascii_名前": notebook("# données, 数据, 🚀\nπ = 2\ndef double(x):\n    \"\"\"Doppelt — ✓\"\"\"\n    return π * x", "print('héllo wörld ✓ 日本語')"),
+    }
+    for name, src in NUMBERS.items():
+        nbs[name] = notebook(src)
+    for name, src in BOMBS.items():
+        nbs[name] = notebook(src, OK)
+    return nbs
+
+
+def main() -> None:
+    for old in HERE.glob("h_*.ipynb"):
+        old.unlink()
+    for name, nb in corpus().items():
+        (HERE / f"{name}.ipynb").write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"wrote {len(corpus())} notebooks to {HERE}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
