@@ -386,7 +386,9 @@ class UidLease:
         import fcntl
         import random
 
-        lock_dir = Path(tempfile.gettempdir()) / "jaxgrade-uids"
+        # one machine-wide place (not $TMPDIR, which differs between processes): every jaxgrade
+        # on this machine must see every lease, or two sandboxes could share a uid
+        lock_dir = Path("/run/jaxgrade-uids" if os.access("/run", os.W_OK) else "/tmp/jaxgrade-uids")
         lock_dir.mkdir(mode=0o700, exist_ok=True)
         start = random.randrange(SANDBOX_UID_COUNT)
         for i in range(SANDBOX_UID_COUNT):

@@ -31,7 +31,11 @@ _CELL_LINE = re.compile(r"^-*>\s*(\d+)\s")
 
 PROBE_TIMEOUT = 5.0
 SEND_TIMEOUT = 5.0
-WARMUP = "import numpy, jax, jax.numpy"
+WARMUP = (
+    "import numpy, jax, jax.numpy, os as __jaxgrade_os__, sys as __jaxgrade_sys__\n"
+    "__jaxgrade_sys__.path.append(__jaxgrade_os__.getcwd())\n"
+    "del __jaxgrade_os__, __jaxgrade_sys__"
+)
 
 
 def apply_limits(args: argparse.Namespace) -> None:
@@ -112,7 +116,10 @@ class NotebookRunner:
     # -- kernel lifecycle
     def start(self) -> None:
         self.client.km = self.client.create_kernel_manager()
-        self.client.start_new_kernel(cwd=self.scratch)
+        # PYTHONSAFEPATH (3.11+): the scratch directory is not put first on the kernel's sys.path,
+        # so a `numpy.py` or `grader/` planted there cannot shadow what the kernel imports; WARMUP
+        # appends it last, so a student's own helper module still imports
+        self.client.start_new_kernel(cwd=self.scratch, env={**os.environ, "PYTHONSAFEPATH": "1"})
         self.client.start_new_kernel_client()
         self._bound_sends()
         self.alive = True

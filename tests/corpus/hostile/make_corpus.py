@@ -277,6 +277,10 @@ def corpus() -> dict[str, dict]:
         "h_exit_in_function": notebook("import os\ndef double(x):\n    os._exit(0)"),
         "h_non_ascii_名前": notebook("# données, 数据, 🚀\nπ = 2\ndef double(x):\n    \"\"\"Doppelt — ✓\"\"\"\n    return π * x", "print('héllo wörld ✓ 日本語')"),
     }
+    # honest submissions graded in the same batch: their results must not change
+    nbs["honest_full"] = notebook(OK)
+    nbs["honest_half"] = notebook("import numpy as np\ndef double(x):\n    x = np.asarray(x)\n    return 2 * x if x.size < 5 else x")
+    nbs["honest_helper_module"] = notebook("%%writefile helpers.py\ndef double(x):\n    return 2 * x", "from helpers import double")
     for name, src in NUMBERS.items():
         nbs[name] = notebook(src)
     for name, src in BOMBS.items():
@@ -285,7 +289,7 @@ def corpus() -> dict[str, dict]:
 
 
 def main() -> None:
-    for old in HERE.glob("h_*.ipynb"):
+    for old in [*HERE.glob("h_*.ipynb"), *HERE.glob("honest_*.ipynb")]:
         old.unlink()
     for name, nb in corpus().items():
         (HERE / f"{name}.ipynb").write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")

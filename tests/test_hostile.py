@@ -1,0 +1,216 @@
+"""The trust boundary under attack: the hostile corpus, graded in one batch with honest notebooks.
+
+``tests/corpus/hostile/`` holds notebooks that search the disk and /proc for the tests, forge
+results and protocol frames, monkeypatch what they can import, return lying values, and bomb,
+hang, exit, crash or kill what they can (``make_corpus.py`` writes them; ``expected.yaml`` says
+what each must get).  One `jaxgrade grade` run grades them all, with honest submissions mixed
+in, against the tiny ``double`` course (tests/minicourse.py) under tight limits.  For every
+notebook: the verdict is exactly the expected one; for the batch: the grader survives, honest
+submissions get exactly the results they get alone, no process of the batch is left running,
+nothing is written outside the sandboxes' scratch directories, and result files stay small.
+
+The fallback mode (``--isolation process``) runs too: its reliability cases behave the same, and
+its confidentiality controls show that the disk and /proc attacks do find the course when
+nothing hides it (so their 0 under bubblewrap means "blocked", not "broken attack").
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+from grader.output import safe_name
+from grader.sandbox import choose_isolation
+from tests.minicourse import make_minicourse
+
+pytestmark = pytest.mark.slow
+
+CORPUS = Path(__file__).resolve().parent / "corpus" / "hostile"
+EXPECTED: dict[str, dict] = yaml.safe_load((CORPUS / "expected.yaml").read_text(encoding="utf-8"))
+LIMITS = "{cell_timeout: 6, call_timeout: 6, wall_timeout: 150, memory_bytes: 4294967296, max_processes: 128}"
+PWNED = "jaxgrade-pwned.txt"
+
+
+def huge_notebook(path: Path) -> None:
+    """A notebook of about 40 MB: a correct `double` under a cell with a big image output."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    blob = base64.b64encode(os.urandom(30 * 2**20)).decode()
+    plot = nbformat.v4.new_code_cell("print('a plot')")
+    plot.outputs = [nbformat.v4.new_output("display_data", data={"image/png": blob, "text/plain": "<Figure>"})]
+    nb.cells = [plot, nbformat.v4.new_code_cell("def double(x):\n    return 2 * x")]
+    path.write_text(nbformat.writes(nb), encoding="utf-8")
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+
+
+def procs_with(tag: str) -> list[int]:
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if tag.encode() in (d / "environ").read_bytes():
+                    found.append(int(d.name))
+            except OSError:
+                pass
+    return found
+
+
+def grade(tmp: Path, course: Path, notebooks: list[Path], isolation: str, name: str) -> dict:
+    """Run `jaxgrade grade` in a subprocess (tagged, so its processes can be found afterwards)."""
+    folder = tmp / f"{name}-class"
+    folder.mkdir()
+    for nb in notebooks:
+        shutil.copy(nb, folder / nb.name)
+    out = tmp / f"{name}-out"
+    scratch = tmp / f"{name}-scratch"  # sandboxes' scratch dirs land here, next to the course
+    scratch.mkdir()
+    tag = uuid.uuid4().hex
+    env = {**os.environ, "JAXGRADE_TEST_TAG": tag, "TMPDIR": str(scratch)}
+    cmd = [sys.executable, "-m", "grader", "--course", str(course), "grade", "--assignment", "double"]
+    cmd += ["--out", str(out), "--jobs", "2", "--isolation", isolation, str(folder)]
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1500)
+    deadline = time.monotonic() + 20
+    while procs_with(tag) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    records = {}
+    for f in (out / "results").glob("*.json"):
+        rec = json.loads(f.read_text(encoding="utf-8"))
+        records[rec["student"]] = rec
+    return {
+        "code": proc.returncode,
+        "stderr": proc.stderr,
+        "records": records,
+        "left": procs_with(tag),
+        "out": out,
+        "scratch": scratch,
+        "seconds": time.monotonic() - t0,
+    }
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    if choose_isolation("auto") != "bwrap":
+        if os.environ.get("JAXGRADE_REQUIRE_BWRAP", "") not in ("", "0"):
+            pytest.fail("bubblewrap is required (JAXGRADE_REQUIRE_BWRAP is set) but does not work here")
+        pytest.skip("bubblewrap is not available here: the attacks are graded in CI, where it is")
+    tmp = tmp_path_factory.mktemp("hostile")
+    course = make_minicourse(tmp / "course", LIMITS)
+    notebooks = sorted(CORPUS.glob("*.ipynb"))
+    huge_notebook(tmp / "h_huge_notebook.ipynb")
+    notebooks.append(tmp / "h_huge_notebook.ipynb")
+    before = tree_digest(course)
+    run = grade(tmp, course, notebooks, "bwrap", "mixed")
+    run["course_changed"] = tree_digest(course) != before
+    run["alone"] = grade(tmp, course, sorted(CORPUS.glob("honest_*.ipynb")), "bwrap", "alone")
+    run["tmp"] = tmp
+    return run
+
+
+def test_every_notebook_in_the_corpus_is_expected() -> None:
+    names = {p.stem for p in CORPUS.glob("*.ipynb")} | {"h_huge_notebook"}
+    assert names == set(EXPECTED)
+    assert len([n for n in names if n.startswith("h_")]) >= 30
+
+
+def test_the_grader_survives_and_grades_everyone(batch: dict) -> None:
+    assert batch["code"] == 0, batch["stderr"][-3000:]
+    assert set(batch["records"]) == set(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_verdict(batch: dict, name: str) -> None:
+    expected, rec = EXPECTED[name], batch["records"].get(name)
+    assert rec is not None, f"{name}: no result"
+    shown = json.dumps({k: rec[k] for k in ("score", "status", "message", "cells")}, indent=1)[:3000]
+    assert (rec["score"], rec["status"]) == (expected["score"], expected["status"]), shown
+    cells = {c["index"]: c for c in rec["cells"]}
+    for index, statuses in (expected.get("cells") or {}).items():
+        allowed = statuses if isinstance(statuses, list) else [statuses]
+        assert index in cells and cells[index]["status"] in allowed, shown
+        assert cells[index].get("message") or cells[index].get("ename"), f"{name}: cell {index} says nothing"
+    if "message" in expected:
+        failing = [t for t in rec["tests"] if t["status"] != "passed"]
+        assert failing and expected["message"] in failing[0]["message"], json.dumps(failing[:1], indent=1)
+    assert all(t["status"] != "error" for t in rec["tests"]), f"{name}: a test errored (a grader bug)"
+
+
+def test_honest_submissions_get_what_they_get_alone(batch: dict) -> None:
+    def essence(rec: dict) -> tuple:
+        return rec["score"], rec["status"], [(t["name"], t["status"], t["score"]) for t in rec["tests"]]
+
+    alone = batch["alone"]["records"]
+    assert alone and set(alone) == {n for n in EXPECTED if n.startswith("honest_")}
+    for name, rec in alone.items():
+        assert essence(batch["records"][name]) == essence(rec), name
+
+
+def test_nothing_is_left_running(batch: dict) -> None:
+    assert batch["left"] == [] and batch["alone"]["left"] == []
+
+
+def test_nothing_is_written_outside_the_scratch_directories(batch: dict) -> None:
+    tmp: Path = batch["tmp"]
+    assert not batch["course_changed"], "the course directory changed"
+    planted = [p for p in tmp.rglob(PWNED)]
+    assert planted == [], planted
+    for place in ("/tmp", "/var/tmp", "/dev/shm", "/root", "/home", "/work", "/opt", str(Path.home())):
+        assert not (Path(place) / PWNED).exists(), place
+    assert not any(batch["scratch"].iterdir()), "scratch directories were left behind"
+    out: Path = batch["out"]
+    allowed_top = {"gradebook.db", "gradebook.db-wal", "gradebook.db-shm", "results", "feedback", "submissions"}
+    allowed_top |= {"report.html", "grades.csv"}
+    assert {p.name for p in out.iterdir()} <= allowed_top
+    assert {p.name for p in (out / "results").iterdir()} == {f"{safe_name(n)}.json" for n in EXPECTED}
+    for rec in batch["records"].values():
+        assert rec["score"] <= 4, "a forged score got through"
+
+
+def test_result_files_stay_small(batch: dict) -> None:
+    out: Path = batch["out"]
+    for f in (out / "results").iterdir():
+        assert f.stat().st_size < 256 * 1024, f
+    for f in (out / "feedback").iterdir():
+        assert f.stat().st_size < 512 * 1024, f
+
+
+FALLBACK = sorted(n for n, e in EXPECTED.items() if "process" in e)
+
+
+@pytest.fixture(scope="module")
+def fallback(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    tmp = tmp_path_factory.mktemp("fallback")
+    course = make_minicourse(tmp / "course", LIMITS)
+    return grade(tmp, course, [CORPUS / f"{n}.ipynb" for n in FALLBACK], "process", "fallback")
+
+
+def test_fallback_mode_survives_and_leaves_nothing_running(fallback: dict) -> None:
+    assert fallback["code"] == 0, fallback["stderr"][-3000:]
+    assert "WARNING" in fallback["stderr"] or "warning" in fallback["stderr"]
+    assert fallback["left"] == []
+
+
+@pytest.mark.parametrize("name", FALLBACK)
+def test_fallback_mode_verdict(fallback: dict, name: str) -> None:
+    rec = fallback["records"][name]
+    assert rec["isolation"] == "process"
+    assert rec["score"] == EXPECTED[name]["process"], json.dumps(rec["cells"], indent=1)[:2000]
