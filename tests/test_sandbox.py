@@ -22,7 +22,8 @@ from grader.sandbox import Limits, isolation_warning
 from grader.session import Session
 
 REPO = Path(__file__).resolve().parents[1]
-HAVE_BWRAP = sandbox.bwrap_status()[0] is not None
+REQUIRE_BWRAP = os.environ.get("JAXGRADE_REQUIRE_BWRAP", "") not in ("", "0")  # CI: fail, never skip
+HAVE_BWRAP = sandbox.bwrap_status()[0] is not None or REQUIRE_BWRAP
 needs_bwrap = pytest.mark.skipif(not HAVE_BWRAP, reason=f"bwrap unavailable: {sandbox.bwrap_status()[1]}")
 AS_ROOT = os.geteuid() == 0
 
