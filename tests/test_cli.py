@@ -157,3 +157,52 @@ def test_grade_folder_with_a_broken_file(tmp_path: Path) -> None:
     rows = list(csv.DictReader((out_dir / "grades.csv").open()))
     assert [(r["student"], r["score"], r["status"]) for r in rows] == [("alice", "40", "graded"), ("bob", "0", "error")]
     assert "[2/2]" in err
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (("grading.yaml", "seed: 1\n", "sed: 1\n"), "grading.yaml: sed: unknown key; did you mean 'seed'?"),
+        (
+            (
+                "assignments/double/assignment.yaml",
+                "functions: [double]\n",
+                "functions: [double]\ntolerances: {rtol: 0.1}\n",
+            ),
+            "assignments/double/assignment.yaml: tolerances: unknown key; did you mean 'tolerance'?",
+        ),
+        (
+            (
+                "assignments/double/assignment.yaml",
+                "functions: [double]\n",
+                "functions: [double]\ntolerance: {rtol: loose}\n",
+            ),
+            "assignments/double/assignment.yaml: tolerance.rtol: expected a number, got 'loose'",
+        ),
+        (("grading.yaml", "late_policy: {", "late_policy: ["), "grading.yaml: line"),
+    ],
+    ids=["unknown-key", "unknown-assignment-key", "bad-tolerance", "malformed-yaml"],
+)
+def test_grade_refuses_bad_configuration(tmp_path: Path, edit: tuple[str, str, str], expected: str) -> None:
+    from tests.minicourse import make_minicourse, notebook
+
+    course = make_minicourse(tmp_path / "course")
+    path, old, new = edit
+    text = (course / path).read_text()
+    assert old in text
+    (course / path).write_text(text.replace(old, new, 1))
+    (tmp_path / "a.ipynb").write_text(notebook("full"))
+    code, _, err = run(
+        "--course",
+        str(course),
+        "grade",
+        "--assignment",
+        "double",
+        "--out",
+        str(tmp_path / "o"),
+        str(tmp_path / "a.ipynb"),
+    )
+    assert code == 2
+    assert err.startswith(f"jaxgrade: error: {expected}"), err
+    assert "TIP: " in err
+    assert not (tmp_path / "o").exists()  # nothing graded, nothing written
