@@ -33,7 +33,6 @@ import logging
 import os
 import re
 import sys
-import tempfile
 import traceback
 import zipfile
 from collections.abc import Callable, Iterator
@@ -46,7 +45,7 @@ import yaml
 
 from grader import __version__
 from grader.config import COURSE_FILE, ConfigError, load_course
-from grader.output import write_atomic
+from grader.output import atomic_target, write_atomic
 
 if TYPE_CHECKING:
     from grader.config import Assignment, Course
@@ -145,24 +144,13 @@ def build_bundle(course: Course, name: str, out_zip: Path) -> Path:
         skip = {assignment.mutants_dir.resolve()}
         for path in _walk(folder, skip):
             members.append((path.relative_to(course.root).as_posix(), path.read_bytes(), False))
-    out_zip.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out_zip.parent, prefix=f".{out_zip.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-            for arcname, data, executable in members:
-                info = zipfile.ZipInfo(arcname, date_time=_FIXED_TIME)
-                info.create_system = 3  # Unix, so that unzip honours the permission bits
-                info.external_attr = ((0o100755 if executable else 0o100644) & 0xFFFF) << 16
-                info.compress_type = zipfile.ZIP_DEFLATED
-                zf.writestr(info, data)
-        os.replace(tmp, out_zip)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with atomic_target(out_zip) as tmp, zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for arcname, data, executable in members:
+            info = zipfile.ZipInfo(arcname, date_time=_FIXED_TIME)
+            info.create_system = 3  # Unix, so that unzip honours the permission bits
+            info.external_attr = ((0o100755 if executable else 0o100644) & 0xFFFF) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, data)
     return out_zip
 
 

@@ -70,6 +70,7 @@ from typing import Any
 
 import yaml
 
+from grader.notebook import sha256_file
 from grader.output import safe_name
 
 MiB = 1 << 20
@@ -453,7 +454,7 @@ def _extract(cand: _Cand, dest: Path, limits: ArchiveLimits, budget: _Budget) ->
                     out.write(chunk)
         if n != info.file_size:
             raise _Refused(f"corrupt entry ({n} bytes where the header says {info.file_size})")
-        if dest.is_file() and not dest.is_symlink() and _sha256(dest) == digest.hexdigest():
+        if dest.is_file() and not dest.is_symlink() and sha256_file(dest) == digest.hexdigest():
             os.unlink(tmp)  # already there, byte for byte: keep it (and its mtime) as it is
         else:
             os.replace(tmp, dest)
@@ -463,14 +464,6 @@ def _extract(cand: _Cand, dest: Path, limits: ArchiveLimits, budget: _Budget) ->
         except OSError:
             pass
         raise
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 # --------------------------------------------------------------------------- folders

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import os
 import re
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from grader.record import CATEGORIES, Record
@@ -20,19 +22,25 @@ def safe_name(student: str) -> str:
     return name[:150]
 
 
-def write_atomic(path: Path, text: str) -> None:
+@contextlib.contextmanager
+def atomic_target(path: Path) -> Iterator[Path]:
+    """Yield a temporary path next to ``path``; on success it replaces ``path`` in one rename,
+    on failure it is removed, so ``path`` is always either the old file or the whole new one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
+        yield Path(tmp)
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
+
+
+def write_atomic(path: Path, text: str) -> None:
+    with atomic_target(path) as tmp:
+        tmp.write_text(text, encoding="utf-8", newline="")
 
 
 def write_record(out_dir: Path, record: Record) -> Path:

@@ -96,3 +96,16 @@ def notebook(kind: str, salt: str = "") -> str:
 
 
 EXPECTED = {"full": (4.0, "graded"), "half": (2.0, "graded"), "zero": (0.0, "graded"), "crash": (0.0, "graded")}
+
+
+def procs_with(tag: str) -> list[int]:
+    """Pids of the processes whose environment contains ``tag`` (children inherit it)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if tag.encode() in (d / "environ").read_bytes():
+                    found.append(int(d.name))
+            except OSError:
+                pass
+    return found

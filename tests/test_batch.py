@@ -22,7 +22,7 @@ import pytest
 
 from grader.cli import main
 from grader.gradebook import Gradebook
-from tests.minicourse import EXPECTED, make_minicourse, notebook
+from tests.minicourse import EXPECTED, make_minicourse, notebook, procs_with
 
 pytestmark = pytest.mark.slow
 
@@ -141,18 +141,6 @@ def test_late_policy_from_a_canvas_flag(course: Path, tmp_path: Path) -> None:
     assert sorted((r[1], r[5]) for r in table[2:]) == [("1001", "3"), ("1002", "4")]
 
 
-def _procs_with(tag: str) -> list[int]:
-    found = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if tag.encode() in (d / "environ").read_bytes():
-                    found.append(int(d.name))
-            except OSError:
-                pass
-    return found
-
-
 def test_sigkill_mid_batch_then_rerun_grades_everyone_exactly_once(course: Path, tmp_path: Path) -> None:
     students = make_class(tmp_path / "class", KINDS * 2)
     out = tmp_path / "out"
@@ -178,9 +166,9 @@ def test_sigkill_mid_batch_then_rerun_grades_everyone_exactly_once(course: Path,
     done = scores(out)
     assert 3 <= len(done) < len(students), "the kill came too late to test anything"
     deadline = time.monotonic() + 30
-    while _procs_with(tag) and time.monotonic() < deadline:
+    while procs_with(tag) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert _procs_with(tag) == [], "grading processes outlived a SIGKILLed jaxgrade"
+    assert procs_with(tag) == [], "grading processes outlived a SIGKILLed jaxgrade"
 
     code, _, err = run(
         "--course",

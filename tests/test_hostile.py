@@ -33,7 +33,7 @@ import yaml
 
 from grader.output import safe_name
 from grader.sandbox import choose_isolation
-from tests.minicourse import make_minicourse
+from tests.minicourse import make_minicourse, procs_with
 
 pytestmark = pytest.mark.slow
 
@@ -60,18 +60,6 @@ def tree_digest(root: Path) -> dict[str, str]:
         for p in sorted(root.rglob("*"))
         if p.is_file() and "__pycache__" not in p.parts
     }
-
-
-def procs_with(tag: str) -> list[int]:
-    found = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if tag.encode() in (d / "environ").read_bytes():
-                    found.append(int(d.name))
-            except OSError:
-                pass
-    return found
 
 
 def grade(tmp: Path, course: Path, notebooks: list[Path], isolation: str, name: str) -> dict:
