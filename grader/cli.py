@@ -305,9 +305,12 @@ def cmd_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             records, meta
         )
     except exports.ExportError as exc:
-        raise CliError(
-            str(exc), f"Set it under assignments.{name} in grading.yaml and export again from the course directory."
-        ) from None
+        tip = (
+            f"Set it under assignments.{name} in grading.yaml and export again from the course directory."
+            if "grading.yaml" in str(exc)
+            else ""
+        )
+        raise CliError(str(exc), tip) from None
     if args.out == "-":
         out.write(text)
         return EXIT_OK

@@ -189,3 +189,35 @@ def test_sigkill_mid_batch_then_rerun_grades_everyone_exactly_once(course: Path,
     assert sorted(keys) == sorted(students)  # every student exactly once
     results = json.loads((out / "results" / "s00_full.json").read_text())
     assert results["score"] == 4.0
+
+
+def test_moodle_download_round_trip_and_gradescope_export(course: Path, tmp_path: Path) -> None:
+    import zipfile
+
+    archive = tmp_path / "moodle.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("Ada Lovelace_4242_assignsubmission_file_/double.ipynb", notebook("full", salt="ada"))
+        z.writestr("Alan Turing_4343_assignsubmission_file_/double.ipynb", notebook("half", salt="alan"))
+        z.writestr("__MACOSX/._double.ipynb", b"junk")
+    out = tmp_path / "out"
+    code, _, err = run("--course", str(course), "grade", "--assignment", "double", "--out", str(out), str(archive))
+    assert code == 0, err
+    assert "skipped 1 file(s)" in err
+
+    code, text, err = run("--course", str(course), "export", "--from", str(out), "--format", "moodle", "--out", "-")
+    assert code == 0, err
+    table = {r["Identifier"]: r for r in csv.DictReader(io.StringIO(text))}
+    assert set(table) == {"Participant 4242", "Participant 4343"}
+    assert table["Participant 4242"]["Full name"] == "Ada Lovelace" and float(table["Participant 4242"]["Grade"]) == 4
+    assert float(table["Participant 4343"]["Grade"]) == 2 and float(table["Participant 4343"]["Maximum Grade"]) == 4
+
+    code, _, err = run("export", "--from", str(out), "--format", "gradescope", "--out", str(tmp_path / "gs"))
+    assert code == 0, err
+    results = json.loads((tmp_path / "gs" / "4343" / "results.json").read_text())
+    assert results["score"] == 2
+    assert {t["visibility"] for t in results["tests"]} == {"visible", "after_published"}
+
+    # the Moodle records cannot go to Canvas: no canvas user ids, but a clear message
+    code, text, err = run("--course", str(course), "export", "--from", str(out), "--format", "canvas", "--out", "-")
+    assert code == 0, err
+    assert [r[1] for r in csv.reader(io.StringIO(text))][2:] == ["", ""]
