@@ -20,7 +20,7 @@ OK = "def double(x):\n    return 2 * x"
 IF_FOUND = "def double(x):\n    return 2 * x if FOUND else 3 * x"
 WRONG = "def double(x):\n    return 3 * x"
 
-SEARCH_DISK = r'''
+SEARCH_DISK = r"""
 import os, time
 FOUND = []
 deadline = time.monotonic() + 6
@@ -42,9 +42,9 @@ for start in starts:
                 continue
             if b"jaxgrade-secret-marker" in text or n in ("grading.yaml", "gradebook.db"):
                 FOUND.append(os.path.join(dirpath, n))
-'''
+"""
 
-SEARCH_PROC = r'''
+SEARCH_PROC = r"""
 import os
 FOUND = []
 for pid in os.listdir("/proc"):
@@ -64,9 +64,9 @@ for pid in os.listdir("/proc"):
                 FOUND.append((pid, root))
     except OSError:
         pass
-'''
+"""
 
-SEARCH_ENV = r'''
+SEARCH_ENV = r"""
 import os
 FOUND = []
 for key, value in os.environ.items():
@@ -75,9 +75,9 @@ for key, value in os.environ.items():
             FOUND.append(key)
         elif part.startswith("/") and (os.path.exists(os.path.join(part, "grading.yaml")) or os.path.isdir(os.path.join(part, "reference"))):
             FOUND.append(key)
-'''
+"""
 
-READ_OTHERS = r'''
+READ_OTHERS = r"""
 import glob, os
 FOUND = []
 for pattern in ("/tmp/jaxgrade-*/**/*.ipynb", "/tmp/*/submission*.ipynb", "/tmp/**/s0*_*.ipynb", "/var/tmp/**/*.ipynb"):
@@ -85,9 +85,9 @@ for pattern in ("/tmp/jaxgrade-*/**/*.ipynb", "/tmp/*/submission*.ipynb", "/tmp/
         if os.path.realpath(path).startswith(os.path.realpath(os.getcwd())):
             continue
         FOUND.append(path)
-'''
+"""
 
-WRITE_OUTSIDE = r'''
+WRITE_OUTSIDE = r"""
 import os, sys, site
 targets = ["/tmp", "/var/tmp", "/dev/shm", "/root", "/home", "/work", "/opt", "/opt/jaxgrade", "/opt/jaxgrade/grader",
            os.path.expanduser("~"), sys.prefix, os.path.dirname(os.__file__), *site.getsitepackages(),
@@ -102,9 +102,9 @@ for t in targets:
         WROTE.append(t)
     except OSError:
         pass
-'''
+"""
 
-FORGE_RESULTS = r'''
+FORGE_RESULTS = r"""
 import json, os
 forged = {"assignment": "double", "student": "me", "status": "graded", "score": 1000, "max_score": 4, "tests": []}
 for d in ("results", "../results", "../../results", "/tmp/results", "/sandbox/results"):
@@ -115,9 +115,9 @@ for d in ("results", "../results", "../../results", "/tmp/results", "/sandbox/re
                 json.dump(forged, f)
     except OSError:
         pass
-'''
+"""
 
-FORGE_FRAMES = r'''
+FORGE_FRAMES = r"""
 import json, os, struct
 header = json.dumps({"id": 1, "ok": True, "op": "call", "values": {"t": "array", "kind": "numpy", "i": 0}, "score": 4}).encode()
 frame = b"JGF1" + struct.pack("<I", len(header)) + header + struct.pack("<Q", 0)
@@ -128,25 +128,25 @@ for fd in range(0, 1024):
             os.write(fd, data)
         except OSError:
             break
-'''
+"""
 
-PATCH_NUMPY = r'''
+PATCH_NUMPY = r"""
 import numpy as np, numpy.testing
 np.allclose = lambda *a, **k: True
 np.array_equal = lambda *a, **k: True
 np.testing.assert_allclose = lambda *a, **k: None
 np.ndarray.tolist = lambda self: [0.0, 2.0, 4.0]
-'''
+"""
 
-PATCH_JAX = r'''
+PATCH_JAX = r"""
 import jax, jax.numpy as jnp
 jax.jit = lambda f, *a, **k: f
 jnp.allclose = lambda *a, **k: True
 jax.numpy.array_equal = lambda *a, **k: True
 jax.export.export = None
-'''
+"""
 
-PATCH_PYTEST = r'''
+PATCH_PYTEST = r"""
 import sys, types
 try:
     import pytest, _pytest.outcomes
@@ -157,9 +157,9 @@ except Exception:
 fake = types.ModuleType("pytest")
 fake.main = lambda *a, **k: 0
 sys.modules["pytest"] = fake
-'''
+"""
 
-PATCH_GRADER = r'''
+PATCH_GRADER = r"""
 import sys
 patched = []
 for name in ("grader.kernel_side", "grader.protocol", "grader.checks", "grader.plugin", "grader.record", "grader.grading", "grader.session"):
@@ -175,9 +175,9 @@ for name in ("grader.kernel_side", "grader.protocol", "grader.checks", "grader.p
                 patched.append(f"{name}.{attr}")
             except Exception:
                 pass
-'''
+"""
 
-EQ_TRUE = '''
+EQ_TRUE = """
 class Always:
     def __eq__(self, other): return True
     def __ne__(self, other): return False
@@ -188,7 +188,7 @@ class Always:
     def __float__(self): return 4.0
 def double(x):
     return Always()
-'''
+"""
 
 ARRAY_DUNDER = '''
 import numpy as np
@@ -202,7 +202,7 @@ def double(x):
     return Sneaky(x)
 '''
 
-SUBCLASS = '''
+SUBCLASS = """
 import numpy as np
 class Liar(np.ndarray):
     def __eq__(self, other): return np.ones(np.shape(other), bool)
@@ -210,7 +210,7 @@ class Liar(np.ndarray):
     def __float__(self): return 4.0
 def double(x):
     return np.zeros(np.shape(x)).view(Liar)
-'''
+"""
 
 NUMBERS = {
     "h_nan_results": "import numpy as np\ndef double(x):\n    return np.full(np.shape(x), np.nan)",
@@ -265,7 +265,9 @@ def corpus() -> dict[str, dict]:
         "h_write_outside_scratch": notebook(WRITE_OUTSIDE, OK),
         "h_forge_results_files": notebook(FORGE_RESULTS, WRONG),
         "h_forge_protocol_frames": notebook(FORGE_FRAMES, WRONG),
-        "h_forge_frames_from_function": notebook("def double(x):\n" + "\n".join("    " + l for l in FORGE_FRAMES.strip().splitlines()) + "\n    return 3 * x"),
+        "h_forge_frames_from_function": notebook(
+            "def double(x):\n" + "\n".join("    " + l for l in FORGE_FRAMES.strip().splitlines()) + "\n    return 3 * x"
+        ),
         "h_patch_numpy": notebook(PATCH_NUMPY, WRONG),
         "h_patch_jax": notebook(PATCH_JAX, WRONG),
         "h_patch_pytest": notebook(PATCH_PYTEST, WRONG),
@@ -275,12 +277,19 @@ def corpus() -> dict[str, dict]:
         "h_ndarray_subclass": notebook(SUBCLASS),
         "h_sleep_in_function": notebook("import time\ndef double(x):\n    time.sleep(10**6)\n    return 2 * x"),
         "h_exit_in_function": notebook("import os\ndef double(x):\n    os._exit(0)"),
-        "h_non_ascii_名前": notebook("# données, 数据, 🚀\nπ = 2\ndef double(x):\n    \"\"\"Doppelt — ✓\"\"\"\n    return π * x", "print('héllo wörld ✓ 日本語')"),
+        "h_non_ascii_名前": notebook(
+            '# données, 数据, 🚀\nπ = 2\ndef double(x):\n    """Doppelt — ✓"""\n    return π * x',
+            "print('héllo wörld ✓ 日本語')",
+        ),
     }
     # honest submissions graded in the same batch: their results must not change
     nbs["honest_full"] = notebook(OK)
-    nbs["honest_half"] = notebook("import numpy as np\ndef double(x):\n    x = np.asarray(x)\n    return 2 * x if x.size < 5 else x")
-    nbs["honest_helper_module"] = notebook("%%writefile helpers.py\ndef double(x):\n    return 2 * x", "from helpers import double")
+    nbs["honest_half"] = notebook(
+        "import numpy as np\ndef double(x):\n    x = np.asarray(x)\n    return 2 * x if x.size < 5 else x"
+    )
+    nbs["honest_helper_module"] = notebook(
+        "%%writefile helpers.py\ndef double(x):\n    return 2 * x", "from helpers import double"
+    )
     for name, src in NUMBERS.items():
         nbs[name] = notebook(src)
     for name, src in BOMBS.items():

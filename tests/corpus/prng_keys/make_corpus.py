@@ -15,10 +15,14 @@ and the cell's position), so re-running only changes files whose content changed
 from __future__ import annotations
 
 import hashlib
+import sys
 from pathlib import Path
 
 import nbformat
 from nbformat import v4
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/corpus, for notebook_kit
+import notebook_kit as kit  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
@@ -293,28 +297,5 @@ def corpus() -> dict[str, nbformat.NotebookNode | str]:
     return nbs
 
 
-def render(content: nbformat.NotebookNode | str) -> str:
-    if isinstance(content, str):
-        return content
-    return nbformat.writes(content) + "\n"
-
-
-def write_if_changed(path: Path, text: str) -> bool:
-    if path.exists() and path.read_text(encoding="utf-8") == text:
-        return False
-    path.write_text(text, encoding="utf-8")
-    return True
-
-
-def main() -> int:
-    texts = {name: render(content) for name, content in corpus().items()}
-    changed = [name for name, text in texts.items() if write_if_changed(HERE / name, text)]
-    stale = sorted(p.name for p in HERE.glob("*.ipynb") if p.name not in texts)
-    print(f"{len(texts)} corpus notebooks; changed: {', '.join(changed) or 'none'}")
-    if stale:
-        print(f"not written by this script (delete them?): {', '.join(stale)}")
-    return 0
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    kit.write_corpus(HERE, corpus())

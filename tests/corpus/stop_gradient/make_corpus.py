@@ -15,28 +15,21 @@ the cell's position), so re-running only changes files whose content changed::
 
 from __future__ import annotations
 
-import copy
-import hashlib
+import sys
+from functools import partial
 from pathlib import Path
 
 import nbformat
-from nbformat import v4
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/corpus, for notebook_kit
+import notebook_kit as kit  # noqa: E402
+from notebook_kit import code, md  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
 STARTER = REPO / "assignments" / "stop_gradient" / "stop_gradient.ipynb"
 ASSIGNMENT = "stop_gradient"
-
-KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
-LANGUAGE_INFO = {
-    "codemirror_mode": {"name": "ipython", "version": 3},
-    "file_extension": ".py",
-    "mimetype": "text/x-python",
-    "name": "python",
-    "nbconvert_exporter": "python",
-    "pygments_lexer": "ipython3",
-    "version": "3.11.7",
-}
+build = partial(kit.build, ASSIGNMENT)
 
 # ---------------------------------------------------------------------------------------------
 # Cell sources shared by many notebooks
@@ -227,14 +220,6 @@ TODO = """\
 # Assembling notebooks
 
 
-def md(text: str) -> tuple[str, str]:
-    return ("markdown", text)
-
-
-def code(text: str) -> tuple[str, str]:
-    return ("code", text)
-
-
 def head(student: str) -> list[tuple[str, str]]:
     return [md(INTRO.format(student=student)), code(IMPORTS), md(GIVEN_MD), code(GIVEN), code(TRY_GIVEN)]
 
@@ -254,19 +239,6 @@ def tutorial_solution(**override: str) -> list[tuple[str, str]]:
     parts = {"loss": TUTORIAL_LOSS, "update": GRAD_UPDATE, "batched": VMAP_MEAN_BATCHED}
     parts.update(override)
     return solution_cells(**parts)
-
-
-def build(name: str, cells: list[tuple[str, str]], *, tagged: bool = True) -> nbformat.NotebookNode:
-    nb = v4.new_notebook()
-    nb.metadata = {"kernelspec": dict(KERNELSPEC), "language_info": copy.deepcopy(LANGUAGE_INFO)}
-    if tagged:
-        nb.metadata["jaxgrade"] = {"assignment": ASSIGNMENT}
-    for i, (kind, source) in enumerate(cells):
-        cell = v4.new_markdown_cell(source) if kind == "markdown" else v4.new_code_cell(source)
-        cell.id = hashlib.sha1(f"{name}:{i}".encode()).hexdigest()[:8]
-        nb.cells.append(cell)
-    nbformat.validate(nb)
-    return nb
 
 
 def mistake(name: str, student: str, check: str = CHECK_ALL, **override: str) -> nbformat.NotebookNode:
@@ -331,26 +303,5 @@ def corpus() -> dict[str, nbformat.NotebookNode | str]:
     return nbs
 
 
-def render(content: nbformat.NotebookNode | str) -> str:
-    if isinstance(content, str):
-        return content
-    return nbformat.writes(content) + "\n"
-
-
-def write_if_changed(path: Path, text: str) -> bool:
-    if path.exists() and path.read_text(encoding="utf-8") == text:
-        return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return True
-
-
-def main() -> int:
-    texts = {name: render(content) for name, content in corpus().items()}
-    changed = [name for name, text in texts.items() if write_if_changed(HERE / name, text)]
-    print(f"{len(texts)} corpus notebooks; changed: {', '.join(changed) or 'none'}")
-    return 0
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    kit.write_corpus(HERE, corpus())
