@@ -442,9 +442,7 @@ def _grade(assignment: Assignment, notebook: Path, info: SubmissionInfo, isolati
     rec = grade_many(assignment, [notebook], jobs=1, students={notebook: info.student}, isolation=isolation)[notebook]
     rec.identity = dict(info.identity)
     rec.graded_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    version = getattr(assignment, "version", None)
-    if callable(version) and not rec.assignment_version:
-        rec.assignment_version = version()
+    rec.assignment_version = assignment.version()
     return rec
 
 

@@ -120,12 +120,16 @@ class Batch:
 
     def finish(self, incoming: list[Incoming] | None = None) -> list[Record]:
         """Write grades.csv, the feedback pages and report.html from the gradebook; return its records."""
+        from grader.exports import ExportMeta, plain_csv
         from grader.feedback import write_feedback, write_report
-        from grader.output import grades_csv, write_atomic
+        from grader.output import write_atomic
 
         a = self.assignment
         records = self.gradebook.records(a.name)
-        write_atomic(self.out_dir / "grades.csv", grades_csv(records))
+        info = self.gradebook.assignment(a.name)
+        assert info is not None  # set in __enter__
+        meta = ExportMeta(name=a.name, title=a.title, points_possible=info.points_possible)
+        write_atomic(self.out_dir / "grades.csv", plain_csv(records, meta))
         write_feedback(self.out_dir, records, course=a.course.course, title=a.title)
         write_report(self.out_dir, records, course=a.course.course, title=a.title, assignment=a.name)
         return records

@@ -73,8 +73,8 @@ Gradescope: one ``results.json`` per submission (the autograder specification)
     (title, message, hint), ``tags`` (the category) and ``visibility`` (public tests
     ``visible``, hidden tests ``after_published``).  Non-finite numbers are written as 0.
 
-CSV (``plain_csv``): the grades table of :func:`grader.output.grades_csv` with the student's
-name and email, and the late deduction, one row per student.
+CSV (``plain_csv``, also ``DIR/grades.csv``): one row per student: score, status, points per
+category, name, email, the late deduction, times, the submission's sha256 and the message.
 """
 
 from __future__ import annotations

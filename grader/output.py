@@ -1,17 +1,15 @@
-"""Writing results: per-student JSON records and the grades CSV, atomically."""
+"""Writing results atomically: per-student JSON records, safe file names, spreadsheet-safe cells."""
 
 from __future__ import annotations
 
 import contextlib
-import csv
-import io
 import os
 import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from grader.record import CATEGORIES, Record
+from grader.record import Record
 
 _SAFE = re.compile(r"[^A-Za-z0-9._@+-]+")
 
@@ -52,25 +50,3 @@ def write_record(out_dir: Path, record: Record) -> Path:
 def spreadsheet_safe(value: str) -> str:
     """Quote cells that a spreadsheet would run as a formula."""
     return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
-
-
-def grades_csv(records: list[Record]) -> str:
-    cats = [c for c in CATEGORIES if any(c in r.categories() for r in records)]
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["student", "assignment", "score", "max_score", "status", *cats, "submission_sha256", "message"])
-    for r in sorted(records, key=lambda r: r.student):
-        per = r.categories()
-        w.writerow(
-            [
-                spreadsheet_safe(r.student),
-                r.assignment,
-                f"{r.score:g}",
-                f"{r.max_score:g}",
-                r.status,
-                *(f"{per[c][0]:g}" if c in per else "" for c in cats),
-                r.submission_sha256,
-                spreadsheet_safe(r.message[:300]),
-            ]
-        )
-    return buf.getvalue()
