@@ -214,7 +214,27 @@ def _op_call(req: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, Any
     return head, {f"result{i}": r for i, r in enumerate(results)}
 
 
+def _abstract_arg(spec: Any) -> Any:
+    """A :class:`protocol.ShapeSpec` pytree as ``jax.ShapeDtypeStruct`` leaves (no values)."""
+    import jax
+    import numpy as np
+
+    def one(leaf: Any) -> Any:
+        if not isinstance(leaf, protocol.ShapeSpec):
+            raise ValueError("an export argument must be a shape specification")
+        if leaf.impl:  # a typed key: its abstract value, from key data that never leaves here
+            return jax.eval_shape(
+                lambda: jax.random.wrap_key_data(np.zeros((*leaf.shape, 2), np.uint32), impl=leaf.impl)
+            )
+        return jax.ShapeDtypeStruct(leaf.shape, jax.dtypes.canonicalize_dtype(np.dtype(leaf.dtype)))
+
+    return jax.tree_util.tree_map(one, spec, is_leaf=lambda x: isinstance(x, protocol.ShapeSpec))
+
+
 def _op_export(req: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Export ``name`` under our own ``jax.jit`` from abstract arguments only: the trusted side
+    sends shapes and dtypes (``example``, any pytrees) or shape strings with symbolic dimensions
+    (``specs``), never values."""
     import jax
     import numpy as np
     from jax import export
@@ -222,12 +242,7 @@ def _op_export(req: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, A
     fn = _lookup(req["name"])
     specs: list[Any] = []
     if "example" in values:
-        # concrete shapes taken from example arguments, whatever their pytree structure
-        def spec(leaf: Any) -> Any:
-            arr = np.asarray(leaf)
-            return jax.ShapeDtypeStruct(arr.shape, jax.dtypes.canonicalize_dtype(arr.dtype))
-
-        specs = [jax.tree_util.tree_map(spec, a) for a in _to_key_if_needed(values["example"])]
+        specs = [_abstract_arg(a) for a in values["example"]]
     else:
         scope = export.SymbolicScope()
         for shape, dtype in req["specs"]:
@@ -237,13 +252,12 @@ def _op_export(req: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, A
     # always our own jit around it: exporting a student's jit directly would hand its static
     # arguments the abstract specs, and the error would not be about what the student did
     target = jax.jit(fn, static_argnames=tuple(static) or None)
-    with _VmapWatch() as watch:
-        if static:
-            exp = export.export(target)(*specs, **static)
-        else:
-            exp = export.export(target)(*specs)
-    blob = exp.serialize()
-    return {"ok": True, "vmap_used": watch.used}, {"module": np.frombuffer(bytes(blob), dtype=np.uint8)}
+    if static:
+        exp = export.export(target)(*specs, **static)
+    else:
+        exp = export.export(target)(*specs)
+    blob = exp.serialize(vjp_order=max(0, min(int(req.get("vjp_order", 0)), 2)))
+    return {"ok": True}, {"module": np.frombuffer(bytes(blob), dtype=np.uint8)}
 
 
 def _key_reuse(on: bool) -> Any:

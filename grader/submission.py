@@ -60,8 +60,9 @@ class Submission:
         static: dict[str, Any] | None = None,
         *,
         example: tuple[Any, ...] | None = None,
+        vjp_order: int = 0,
     ) -> ExportResult:
-        return self._session.export(name, specs, static, example=example)
+        return self._session.export(name, specs, static, example=example, vjp_order=vjp_order)
 
     def evaluate(self, name: str, module: bytes, *args: Any) -> tuple[Any, dict[str, Any]]:
         return self._session.evaluate(name, module, *args)
@@ -70,6 +71,10 @@ class Submission:
         if name not in self._probe_cache:
             self._probe_cache.update(self._session.probe([name]))
         return self._probe_cache.get(name, {"exists": False})
+
+    def take_student_text(self) -> list[str]:
+        """Text the sandbox chose since the last call (see :meth:`Session.take_student_text`)."""
+        return self._session.take_student_text()
 
     def require(self, *names: str) -> None:
         """Fail with a message naming the first missing function."""

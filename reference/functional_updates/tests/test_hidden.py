@@ -164,19 +164,20 @@ def pure_args(rng, name):
 @pytest.mark.category("purity")
 @pytest.mark.points(3)
 @pytest.mark.parametrize("name", FUNCTIONS)
-def test_inputs_unchanged(submission, rng, name):
-    """The caller's NumPy arrays are unchanged after two calls, and the two results agree exactly."""
+def test_inputs_unchanged(submission, reference, rng, name):
+    """The caller's NumPy arrays are unchanged after two calls, and both results are right (a
+    function that writes into its input, or keeps state, gives a wrong second result)."""
     with teaching():
-        check_pure(submission, name, pure_args(rng, name))
+        check_pure(submission, name, pure_args(rng, name), reference=getattr(reference, name))
 
 
 @pytest.mark.category("purity")
 @pytest.mark.points(3)
 @pytest.mark.parametrize("name", FUNCTIONS)
-def test_read_only_inputs(submission, rng, name):
+def test_read_only_inputs(submission, reference, rng, name):
     """The function works on read-only NumPy arrays: it never writes into its arguments."""
     try:
-        check_pure(submission, name, pure_args(rng, name), readonly=True)
+        check_pure(submission, name, pure_args(rng, name), readonly=True, reference=getattr(reference, name))
     except StudentRaised as exc:
         if "read-only" not in exc.evalue:
             with teaching():

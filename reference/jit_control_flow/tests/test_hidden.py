@@ -116,15 +116,15 @@ def test_selu_jit_is_itself_jitted(submission):
 
 @pytest.mark.category("jit")
 @pytest.mark.points(2)
-def test_f_jittable_traces_once(submission, rng):
-    """Under one jax.jit, f_jittable is traced once for five values of one shape."""
+def test_f_jittable_traces_once(submission, reference, rng):
+    """Under one jax.jit, one trace of f_jittable serves five values of one shape."""
     values = [scalar(rng, s) for s in (1, -1, 0, 1, -1)]
-    check_traces_once(submission, "f_jittable", [(v,) for v in values])
+    check_traces_once(submission, "f_jittable", [(v,) for v in values], reference=reference.f_jittable)
 
 
 @pytest.mark.category("jit")
 @pytest.mark.points(2)
-def test_g_static_recompiles_only_for_new_n(submission, rng):
+def test_g_static_recompiles_only_for_new_n(submission, reference, rng):
     """g_static compiles again when n changes, and not when only the values of x change."""
     x1, x2 = normal(rng, 3, 11), normal(rng, 3, 11)
     check_recompiles(
@@ -132,6 +132,7 @@ def test_g_static_recompiles_only_for_new_n(submission, rng):
         "g_static",
         [((x1,), {"n": 13}), ((x2,), {"n": 13}), ((x1,), {"n": 17})],
         [None, False, True],
+        reference=reference.g_static,
     )
 
 

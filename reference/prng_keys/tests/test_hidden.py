@@ -496,8 +496,25 @@ def test_dropout_statistics(submission, rng, rate):
 # disagrees with the eager one except with probability (0.25^2 + 0.75^2)^64 < 1e-13.
 @pytest.mark.parametrize("rate,shape", [(0.25, (1, 64)), (0.6, (32, 48))], ids=["one-row", "matrix"])
 def test_dropout_under_jit(submission, rng, rate, shape):
-    """dropout compiles under jax.jit (key and x traced, rate static) and matches its eager result."""
-    check_jit(submission, "dropout", (legacy_key(rng), nonzero_normal(rng, shape)), static={"rate": rate})
+    """dropout compiles under jax.jit (key and x traced, rate static), and the compiled function
+    is a dropout: each entry is x / (1 - rate) or 0, and about `rate` of them are 0."""
+
+    def is_dropout(y, key, x):
+        y = np.asarray(y)
+        if y.shape != x.shape:
+            raise CheckFailure(f"jax.jit(dropout): expected shape {x.shape}, got {y.shape}")
+        kept = y != 0
+        assert_close(y[kept], x[kept] / (1 - rate), name="jax.jit(dropout): the kept entries (x / (1 - rate))")
+        # zeros ~ Binomial(n, rate); 6 standard deviations: a right dropout fails w.p. < 2e-9
+        n, zeros = x.size, int(np.sum(~kept))
+        if abs(zeros - n * rate) > 6 * math.sqrt(n * rate * (1 - rate)) + 1:
+            raise CheckFailure(
+                f"jax.jit(dropout) with rate={rate} zeroed {zeros} of {n} entries; about {n * rate:.0f} expected"
+            )
+
+    check_jit(
+        submission, "dropout", (legacy_key(rng), nonzero_normal(rng, shape)), static={"rate": rate}, accept=is_dropout
+    )
 
 
 # --------------------------------------------------------------------------- purity (4)
