@@ -20,8 +20,8 @@ from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/corpus, for notebook_kit
-import notebook_kit as kit  # noqa: E402
-from notebook_kit import code, md  # noqa: E402
+import notebook_kit as kit
+from notebook_kit import code, md
 
 HERE = Path(__file__).resolve().parent
 
@@ -284,16 +284,20 @@ def vmap_convolve() -> dict[str, object]:
     nbs: dict[str, object] = {}
     nbs["forge_vmap_watch_disarmed.ipynb"] = build(
         "forge_vmap_watch_disarmed",
-        [*head, code(VC_CORRECT_BUT_MANUAL), code(VC_HIDDEN_VMAP_HELPER), code(VC_WATCH_DISARMED),
-         code(VC_MANUAL_HIDDEN_VMAP), code(VC_CHECK)],
+        [
+            *head,
+            code(VC_CORRECT_BUT_MANUAL),
+            code(VC_HIDDEN_VMAP_HELPER),
+            code(VC_WATCH_DISARMED),
+            code(VC_MANUAL_HIDDEN_VMAP),
+            code(VC_CHECK),
+        ],
     )
     nbs["forge_batchtrace_swapped_back.ipynb"] = build(
         "forge_batchtrace_swapped_back",
         [*head, code(VC_CORRECT_BUT_MANUAL), code(VC_HIDDEN_VMAP_HELPER), code(VC_BATCHTRACE_SWAP), code(VC_CHECK)],
     )
-    nbs["forge_lax_map_sequential.ipynb"] = build(
-        "forge_lax_map_sequential", [*head, code(VC_LAX_MAP), code(VC_CHECK)]
-    )
+    nbs["forge_lax_map_sequential.ipynb"] = build("forge_lax_map_sequential", [*head, code(VC_LAX_MAP), code(VC_CHECK)])
     nbs["forge_compared_with_itself.ipynb"] = build(
         "forge_compared_with_itself", [*head, code(VC_PYTHON_LOOPS), code(VC_ZEROS_FOR_SYMBOLIC), code(VC_CHECK)]
     )
@@ -734,7 +738,9 @@ def functional_updates() -> dict[str, object]:
     build = partial(kit.build, "functional_updates")
     head = [md("# Homework 8: functional updates"), code(FU_IMPORTS), code(FU_REST), code(FU_WRITE)]
     return {
-        "forge_mutated_patched.ipynb": build("forge_mutated_patched", [*head, code(FU_MUTATED_PATCHED), code(FU_CHECK)]),
+        "forge_mutated_patched.ipynb": build(
+            "forge_mutated_patched", [*head, code(FU_MUTATED_PATCHED), code(FU_CHECK)]
+        ),
         "forge_snapshots_edited.ipynb": build(
             "forge_snapshots_edited", [*head, code(FU_SNAPSHOTS_EDITED), code(FU_CHECK)]
         ),
