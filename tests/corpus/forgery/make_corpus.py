@@ -278,6 +278,45 @@ def manually_vectorized_convolve(xs, ws):
     _leak(xs, ws)"""
 
 
+# the student-controlled text outside the message: the exception's class name (any string) and
+# the "source line", which the kernel reads from its own linecache
+VC_LEAK_IN_NAMES = """\
+import linecache
+import sys
+
+
+def _leak(*args):
+    numbers = []
+    for leaf in jax.tree_util.tree_leaves(_REQUESTS[-1] if _REQUESTS else list(args)):
+        leaf = np.asarray(leaf)
+        if np.issubdtype(leaf.dtype, np.floating):
+            numbers.extend(float(v) for v in np.ravel(leaf))
+    text = " ".join(f"{v:.6g}" for v in numbers[:30])
+    fname = sys._getframe().f_code.co_filename
+    linecache.cache[fname] = (1, None, [text + "\\n"] * 100, fname)  # every line of this cell "reads" text
+    raise type(text[:190], (Exception,), {})("nothing to see here")
+
+
+def batched_convolve(xs, ws):
+    _leak(xs, ws)
+
+
+def batched_convolve_shared_w(xs, w):
+    _leak(xs, w)
+
+
+def batched_convolve_axis1(xs, ws):
+    _leak(xs, ws)
+
+
+def fast_batched_convolve(xs, ws):
+    _leak(xs, ws)
+
+
+def manually_vectorized_convolve(xs, ws):
+    _leak(xs, ws)"""
+
+
 def vmap_convolve() -> dict[str, object]:
     build = partial(kit.build, "vmap_convolve")
     head = [md("# Homework: vectorization with `jax.vmap`"), code(VC_IMPORTS), code(VC_GIVEN)]
@@ -307,6 +346,9 @@ def vmap_convolve() -> dict[str, object]:
     )
     nbs["forge_leak_hidden_inputs.ipynb"] = build(
         "forge_leak_hidden_inputs", [*head, code(VC_SPY_SERVE), code(VC_LEAK)]
+    )
+    nbs["forge_leak_in_error_names.ipynb"] = build(
+        "forge_leak_in_error_names", [*head, code(VC_SPY_SERVE), code(VC_LEAK_IN_NAMES)]
     )
     return nbs
 
