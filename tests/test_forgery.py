@@ -17,7 +17,10 @@ land. Today (grader at commit cbc8f7a) every forgery gets full marks, and these 
   forge_lax_map_sequential, forge_compared_with_itself: vectorization 10/10 (expected lost);
   forge_numpy_forged_ops: jit 7/7 (expected zero), vectorization 10/10 (expected lost)
 - vmap_convolve/forge_leak_hidden_inputs: 0/40 as expected, but 36 hidden tests' messages carry
-  the hidden inputs (6 to 42 values each) and the feedback page shows 1231 of them
+  the hidden inputs (6 to 42 values each) and the feedback page shows 1231 of them;
+  forge_leak_in_error_names: 0/40 as expected, but the values reach 36 hidden tests' messages
+  AND hints (72 fields) through the exception's class name and the linecache-patched "source
+  line" (both reported by the kernel)
 - jit_control_flow (32/32 each): forge_compile_counter_reset, forge_monitoring_unhooked,
   forge_fake_compile_events, forge_jitted_by_attributes, forge_constants_from_frames,
   forge_numpy_forged_ops: jit 16/16 (expected lost)
