@@ -242,7 +242,7 @@ def _op_export(req: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, A
             exp = export.export(target)(*specs, **static)
         else:
             exp = export.export(target)(*specs)
-    blob = exp.serialize()
+    blob = exp.serialize(vjp_order=max(0, min(int(req.get("vjp_order", 0)), 2)))
     return {"ok": True, "vmap_used": watch.used}, {"module": np.frombuffer(bytes(blob), dtype=np.uint8)}
 
 
