@@ -18,7 +18,7 @@ import numpy as np
 from grader.hints import hint_for
 from grader.notebook import mentions
 from grader.protocol import PRNGKeyData
-from grader.session import MissingName, StudentRaised, SubmissionError, error_cause
+from grader.session import StudentRaised, SubmissionError, error_cause
 
 
 class CheckFailure(AssertionError):
@@ -345,8 +345,10 @@ def check_vectorized(
         exp = submission.export(name, specs)
     except StudentRaised as exc:
         raise _batch_trace_failure(name, exc) from None
+    analysis: dict[str, Any] = {}
     for i, case in enumerate(cases):
-        got, _ = submission.evaluate(name, exp.module, *case)
+        got, info = submission.evaluate(name, exp.module, *case)
+        analysis = analysis or info.get("analysis", {})
         shapes = ", ".join(str(np.shape(a)) for a in case)
         want = expected[i] if expected is not None else None
         label = f"{name}({shapes}) traced with a symbolic batch"
@@ -358,6 +360,31 @@ def check_vectorized(
             trusted(got)
         except CheckFailure as exc:
             raise _wrong_numbers(submission, name, tuple(case), None, exc, "the traced function", trusted) from None
+    _no_batch_loops(name, analysis)
+
+
+def _module_fact(name: str, analysis: dict[str, Any], key: str) -> Any:
+    """One field of the evaluator's analysis of ``name``'s module; a module that could not be
+    analysed earns nothing (fail closed)."""
+    if key not in analysis:
+        raise CheckFailure(
+            f"the compiled `{name}` could not be analysed ({analysis.get('analysis_error', 'no analysis')})",
+        )
+    return analysis[key]
+
+
+def _no_batch_loops(name: str, analysis: dict[str, Any]) -> None:
+    """The module has no ``while`` loop whose trip count is the batch size (or any value known
+    only at run time): ``lax.map``/``lax.scan``/``fori_loop`` over the batch trace fine with a
+    symbolic batch, but run one example after another."""
+    loops = _module_fact(name, analysis, "batch_loops")
+    if loops:
+        raise CheckFailure(
+            f"`{name}` loops over the batch: its compiled code has {loops} loop{'s' if loops > 1 else ''} "
+            "whose length is the batch size (lax.map/lax.scan/fori_loop over the batch is sequential)",
+            "Compute every example at once: `jax.vmap` the per-example function, or use array "
+            "operations on the whole batch (slicing, broadcasting, `jnp.einsum`).",
+        )
 
 
 def check_pure(
@@ -418,18 +445,34 @@ def check_pure(
         pass  # tracing problems belong to the jit category
 
 
-def check_is_jitted(submission: Any, name: str) -> None:
-    """``name`` is itself a ``jax.jit``-compiled callable."""
-    info = submission.probe(name)
-    if not info.get("exists"):
-        raise MissingName(name)
-    if not info.get("jitted"):
-        kind = str(info.get("type", "value"))
-        what = {"builtins.function": "a plain Python function", "functools.partial": "a functools.partial"}.get(
-            kind, f"a {kind}"
-        )
+def check_is_jitted(
+    submission: Any,
+    name: str,
+    args: tuple[Any, ...] | list[Any],
+    *,
+    static: dict[str, Any] | None = None,
+    expected: Any = None,
+    reference: Any = None,
+) -> None:
+    """``name`` is itself a ``jax.jit``-compiled callable, judged from the module exported for
+    the shapes of ``args`` (under our own ``jax.jit``): its body must be a single call of a
+    jitted function whose results it returns (``whole_call``), which a plain function, or an
+    object that only looks jitted (``lower``/``trace`` attributes), cannot produce.  The module
+    must also run and give ``expected`` (or ``reference(*args)``) on ``args``."""
+    args = tuple(args)
+    try:
+        exp = submission.export(name, static=static, example=args)
+    except StudentRaised as exc:
+        message, hint = _raised(exc, f"`{name}` does not work under jax.jit")
+        raise CheckFailure(message, hint) from None
+    got, info = submission.evaluate(name, exp.module, *args)
+    want = expected if expected is not None else (reference(*args, **(static or {})) if reference else None)
+    if want is not None:
+        assert_close(got, want, name=f"{name}{_describe_call(args, static or {})}")
+    if not _module_fact(name, info.get("analysis", {}), "whole_call"):
         raise CheckFailure(
-            f"`{name}` is {what}, not a jax.jit-compiled function",
+            f"`{name}` is not a jax.jit-compiled function: its compiled code is not one call of a "
+            "jitted function (a plain Python function, or an object that only looks like one)",
             f"Wrap it: `{name} = jax.jit(...)`, or decorate the function with `@jax.jit`.",
         )
 
@@ -539,7 +582,7 @@ def check_recompiles(
                     "so new values reuse the compiled code.",
                 ) from None
         got, info = submission.evaluate(name, modules[key].module, *args)
-        if want is True and info.get("whole_call") is False:
+        if want is True and not _module_fact(name, info.get("analysis", {}), "whole_call"):
             raise CheckFailure(
                 f"call {i + 1}, `{call}`: `{name}` is not itself a jax.jit-compiled function, so a new value "
                 f"of {', '.join(sorted(kwargs))} does not make a new compiled program",
@@ -574,14 +617,50 @@ def check_compile_count(submission: Any, name: str, calls: list[Any], *, at_most
 # --------------------------------------------------------------------------- parallelism
 
 
-def check_parallel(submission: Any, name: str, args: tuple[Any, ...] | list[Any], *, devices: int) -> None:
-    """The result of ``name(*args)`` is laid out across ``devices`` devices (a ``pmap`` or a
-    sharded computation), not computed on one device (``vmap``, a loop)."""
-    res = submission.call(name, *tuple(args))
-    if res.devices < devices:
+def check_parallel(
+    submission: Any,
+    name: str,
+    args: tuple[Any, ...] | list[Any],
+    *,
+    devices: int,
+    collective: bool = False,
+    expected: Any = None,
+    reference: Any = None,
+    tolerance: dict[str, float] | None = None,
+) -> None:
+    """``name`` is a parallel map over ``devices`` devices, judged from the module exported for
+    the shapes of ``args``: exported for ``devices`` devices and split into one program per
+    device (``jax.pmap``, or ``shard_map``), not computed on one device and then placed
+    (``jax.vmap`` + ``device_put``, a Python loop).  With ``collective=True`` the devices must
+    also combine their results with a collective (``lax.psum``/``pmean``/``all_gather``...).
+    The module must run and give ``expected`` (or ``reference(*args)``) on ``args``."""
+    args = tuple(args)
+    try:
+        exp = submission.export(name, example=args)
+    except StudentRaised as exc:
+        message, hint = _raised(exc, f"`{name}` could not be compiled for {devices} devices")
+        raise CheckFailure(message, hint) from None
+    got, info = submission.evaluate(name, exp.module, *args)
+    want = expected if expected is not None else (reference(*args) if reference else None)
+    if want is not None:
+        assert_close(got, want, name=f"{name}{_describe_call(args, {})}", **(tolerance or {}))
+    analysis = info.get("analysis", {})
+    nr = _module_fact(name, analysis, "nr_devices")
+    split = _module_fact(name, analysis, "per_device")
+    if nr < devices or not split:
+        where = (
+            f"on {nr} device{'s' if nr != 1 else ''}" if nr < devices else "as one program, then placed on the devices"
+        )
         raise CheckFailure(
-            f"`{name}` computed its result on {res.devices or 'no'} device(s); expected it spread across "
-            f"{devices} devices",
+            f"`{name}` computed its result {where}; expected one program per device on {devices} devices",
             "Use `jax.pmap` so that each device computes one row: `jax.vmap` and Python loops run "
-            "everything on a single device.",
+            "everything on a single device, and `jax.device_put` only moves the finished result.",
+        )
+    if collective and not _module_fact(name, analysis, "collectives"):
+        raise CheckFailure(
+            f"`{name}` runs on {devices} devices, but the devices never combine their results: "
+            "its compiled code has no collective operation",
+            "Each device works on its own row; combine the rows' results across devices with "
+            "`lax.psum` (or `lax.pmean`) over the pmapped axis: give `jax.pmap` an `axis_name=` "
+            "and use the same name in the collective.",
         )

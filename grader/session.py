@@ -616,13 +616,41 @@ class Session:
     def evaluate(
         self, name: str, module: bytes, *args: Any, timeout: float | None = None
     ) -> tuple[Any, dict[str, Any]]:
-        """Run an exported module on inputs in the evaluator; returns (value, info)."""
+        """Run an exported module on inputs in the evaluator; returns (value, info).
+
+        ``info`` holds ``elapsed``, ``nr_devices``, ``custom_calls`` and ``analysis`` (see
+        :meth:`analyze`), every field type-checked here."""
+        return self._evaluator_request("eval", name, module, args, timeout)
+
+    def evaluate_grad(
+        self, name: str, module: bytes, argnum: int, *args: Any, timeout: float | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        """The gradient of an exported module's scalar result with respect to ``args[argnum]``,
+        computed in the evaluator (``jax.grad`` of ``exp.call``); the module must have been
+        exported with ``vjp_order=1``.  Returns (gradient, info) like :meth:`evaluate`."""
+        if type(argnum) is not int or not 0 <= argnum < len(args):
+            raise ValueError(f"argnum {argnum!r} does not name one of the {len(args)} arguments")
+        return self._evaluator_request("grad", name, module, args, timeout, argnum=argnum)
+
+    def analyze(self, name: str, module: bytes, timeout: float | None = None) -> dict[str, Any]:
+        """What the module itself says, read from its StableHLO in the evaluator (student code
+        never runs there): ``nr_devices`` (int), ``custom_calls`` (list of str), ``loops`` and
+        ``batch_loops`` (int: ``while`` loops, and those whose trip count is not a compile-time
+        constant), ``whole_call`` (bool: the function exported was itself jitted),
+        ``collectives`` (list of str: ``all_reduce``...), ``per_device`` (bool: split into
+        per-device programs, as ``pmap``/``shard_map`` lower), and ``analysis_error`` (str)
+        when the module could not be analysed."""
+        return self._evaluator_request("analyze", name, module, (), timeout)[1]["analysis"]
+
+    def _evaluator_request(
+        self, op: str, name: str, module: bytes, args: tuple[Any, ...], timeout: float | None, **fields: Any
+    ) -> tuple[Any, dict[str, Any]]:
         ev = self._evaluator()
         self._next_id += 1
         rid = self._next_id
         frag, payload = protocol.pack_values({"module": np.frombuffer(module, dtype=np.uint8), "args": list(args)})
         try:
-            ev.send({"op": "eval", "id": rid, "want_text": True, **frag}, payload)
+            ev.send({"op": op, "id": rid, **fields, **frag}, payload)
             resp, rpayload = ev.recv(timeout or self.limits.call_timeout)
             if resp.get("id") != rid:
                 raise protocol.ProtocolError("response does not answer the request")
@@ -641,7 +669,15 @@ class Session:
             raise SubmissionError(
                 f"the compiled `{name}` failed to run: {err.get('ename', '')}: {_first_line(str(err.get('evalue', '')))}"
             )
-        info = {k: resp[k] for k in ("elapsed", "custom_calls", "nr_devices") if k in resp}
+        info: dict[str, Any] = {}
+        if isinstance(resp.get("elapsed"), (int, float)) and not isinstance(resp.get("elapsed"), bool):
+            info["elapsed"] = float(resp["elapsed"])
+        if type(resp.get("nr_devices")) is int:
+            info["nr_devices"] = resp["nr_devices"]
+        calls = resp.get("custom_calls")
+        if isinstance(calls, list):
+            info["custom_calls"] = [str(c)[:200] for c in calls[:50]]
+        info["analysis"] = _analysis(resp.get("analysis"))
         return out.get("result"), info
 
 
@@ -684,6 +720,38 @@ def _shapes(args: tuple[Any, ...]) -> str:
         else:
             parts.append(type(a).__name__)
     return ", ".join(parts)
+
+
+#: The analysis fields and their types; anything else the evaluator sends is dropped.
+ANALYSIS_FIELDS: dict[str, type] = {
+    "nr_devices": int,
+    "custom_calls": list,
+    "loops": int,
+    "batch_loops": int,
+    "whole_call": bool,
+    "collectives": list,
+    "per_device": bool,
+    "analysis_error": str,
+}
+
+
+def _analysis(raw: Any) -> dict[str, Any]:
+    """The evaluator's module analysis, type-checked field by field.  A field missing or of the
+    wrong type is left out (checks that need it then fail closed), and ``analysis_error`` says so."""
+    out: dict[str, Any] = {}
+    if not isinstance(raw, dict):
+        return {"analysis_error": "the evaluator sent no analysis"}
+    for key, kind in ANALYSIS_FIELDS.items():
+        value = raw.get(key)
+        if kind is list:
+            if isinstance(value, list) and all(isinstance(v, str) for v in value):
+                out[key] = [v[:200] for v in value[:50]]
+        elif type(value) is kind:
+            out[key] = value[:500] if kind is str else value
+    missing = [k for k in ANALYSIS_FIELDS if k != "analysis_error" and k not in out]
+    if missing and "analysis_error" not in out:
+        out["analysis_error"] = "missing or malformed: " + ", ".join(missing)
+    return out
 
 
 def _exec_map(raw: Any) -> dict[int, int]:

@@ -67,6 +67,15 @@ class Submission:
     def evaluate(self, name: str, module: bytes, *args: Any) -> tuple[Any, dict[str, Any]]:
         return self._session.evaluate(name, module, *args)
 
+    def evaluate_grad(self, name: str, module: bytes, argnum: int, *args: Any) -> tuple[Any, dict[str, Any]]:
+        """The gradient of the module's scalar result with respect to ``args[argnum]`` (the
+        module exported with ``vjp_order=1``), computed in the evaluator."""
+        return self._session.evaluate_grad(name, module, argnum, *args)
+
+    def analyze(self, name: str, module: bytes) -> dict[str, Any]:
+        """The module's analysis (see :meth:`grader.session.Session.analyze`)."""
+        return self._session.analyze(name, module)
+
     def probe(self, name: str) -> dict[str, Any]:
         if name not in self._probe_cache:
             self._probe_cache.update(self._session.probe([name]))

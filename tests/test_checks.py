@@ -13,6 +13,7 @@ from grader.checks import (
     check_is_jitted,
     check_jit,
     check_no_vmap,
+    check_parallel,
     check_pure,
     check_vectorized,
     quoting_actual_values,
@@ -33,6 +34,7 @@ class FakeSubmission:
         jitted: bool = True,
         compiled: Any = None,
         sources: dict[str, list[str]] | None = None,
+        analysis: dict[str, Any] | None = None,
     ) -> None:
         self.funcs = funcs
         self.export_error = export_error
@@ -42,6 +44,17 @@ class FakeSubmission:
         self.compiled = compiled
         self._sources = sources or {}
         self.calls = 0
+        # what the evaluator reads from the module (grader.evaluator.analyze_module)
+        self.analysis = {
+            "nr_devices": 1,
+            "custom_calls": [],
+            "loops": 0,
+            "batch_loops": 0,
+            "whole_call": jitted,
+            "collectives": [],
+            "per_device": False,
+            **(analysis or {}),
+        }
 
     def call(self, name: str, *args: Any, repeat: int = 1, readonly: bool = False, **kw: Any) -> CallResult:
         if name not in self.funcs:
@@ -55,13 +68,15 @@ class FakeSubmission:
     def export(
         self, name: str, specs: Any = None, static: Any = None, *, example: Any = None, vjp_order: int = 0
     ) -> ExportResult:
+        if name not in self.funcs:
+            raise MissingName(name)
         if self.export_error is not None:
             raise self.export_error
         return ExportResult(b"module")
 
     def evaluate(self, name: str, module: bytes, *args: Any) -> tuple[Any, dict[str, Any]]:
         f = self.compiled or self.funcs[name]
-        return np.asarray(f(*args)), {}
+        return np.asarray(f(*args)), {"analysis": dict(self.analysis)}
 
     def probe(self, name: str) -> dict[str, Any]:
         if name not in self.funcs:
@@ -238,6 +253,23 @@ def test_error_cause_keeps_the_lines_after_a_colon() -> None:
     assert error_cause("x" * 900).endswith("…") and len(error_cause("x" * 900)) == 501
 
 
+def test_check_vectorized_fails_a_loop_over_the_batch() -> None:
+    """lax.map over the batch traces with a symbolic batch and gives the right numbers; the
+    module's loop whose length is the batch size fails it."""
+    cases = [ARGS, (np.ones((5, 5), np.float32), np.ones((5, 3), np.float32))]
+    specs = [("B, 5", "float32"), ("B, 3", "float32")]
+    with pytest.raises(CheckFailure) as e:
+        check_vectorized(FakeSubmission({"f": _conv}, analysis={"loops": 1, "batch_loops": 1}), "f", specs, cases)
+    assert "loops over the batch" in e.value.message and "lax.map" in e.value.message
+    assert "jax.vmap" in e.value.hint and "array operations" in e.value.hint
+    # a loop of fixed length (over the window) is fine; a module that was not analysed is not
+    check_vectorized(FakeSubmission({"f": _conv}, analysis={"loops": 2}), "f", specs, cases)
+    sub = FakeSubmission({"f": _conv})
+    del sub.analysis["batch_loops"]
+    with pytest.raises(CheckFailure, match="could not be analysed"):
+        check_vectorized(sub, "f", specs, cases)
+
+
 def test_check_pure_detects_mutation_and_state() -> None:
     check_pure(FakeSubmission({"f": _conv}), "f", ARGS, reference=_conv)
     with pytest.raises(CheckFailure, match="modified its input argument #1 in place"):
@@ -268,11 +300,41 @@ def test_hidden_tests_do_not_quote_returned_values() -> None:
 
 
 def test_check_is_jitted_and_missing() -> None:
-    check_is_jitted(FakeSubmission({"f": _conv}), "f")
+    """Decided by the module (``whole_call``), not by the kernel's probe."""
+    check_is_jitted(FakeSubmission({"f": _conv}), "f", ARGS, reference=_conv)
     with pytest.raises(CheckFailure, match=r"not a jax\.jit-compiled function"):
-        check_is_jitted(FakeSubmission({"f": _conv}, jitted=False), "f")
+        check_is_jitted(FakeSubmission({"f": _conv}, jitted=False), "f", ARGS)
     with pytest.raises(MissingName, match="`g` is not defined in the notebook"):
-        check_is_jitted(FakeSubmission({"f": _conv}), "g")
+        check_is_jitted(FakeSubmission({"f": _conv}), "g", ARGS)
+    # wrong numbers: the property is not earned (see the rule in the README)
+    with pytest.raises(CheckFailure, match="values differ"):
+        check_is_jitted(FakeSubmission({"f": _conv}), "f", ARGS, reference=lambda a, b: _conv(a, b) + 1)
+
+
+PMAP = {"nr_devices": 4, "per_device": True}
+
+
+def test_check_parallel_judges_the_module() -> None:
+    xs = (np.ones((4, 5), np.float32), np.ones((4, 3), np.float32))
+    check_parallel(FakeSubmission({"f": _conv}, analysis=PMAP), "f", xs, devices=4, reference=_conv)
+    with pytest.raises(CheckFailure) as e:  # vmap or a Python loop: one device
+        check_parallel(FakeSubmission({"f": _conv}), "f", xs, devices=4)
+    assert "1 device" in e.value.message and "4 devices" in e.value.message and "jax.pmap" in e.value.hint
+    with pytest.raises(CheckFailure, match="as one program, then placed"):  # vmap, then device_put
+        check_parallel(FakeSubmission({"f": _conv}, analysis={"nr_devices": 4}), "f", xs, devices=4)
+    with pytest.raises(CheckFailure, match="never combine"):
+        check_parallel(FakeSubmission({"f": _conv}, analysis=PMAP), "f", xs, devices=4, collective=True)
+    check_parallel(
+        FakeSubmission({"f": _conv}, analysis=dict(PMAP, collectives=["all_reduce"])),
+        "f",
+        xs,
+        devices=4,
+        collective=True,
+    )
+    with pytest.raises(CheckFailure, match="values differ"):
+        check_parallel(
+            FakeSubmission({"f": _conv}, analysis=PMAP), "f", xs, devices=4, reference=lambda a, b: 0 * _conv(a, b)
+        )
 
 
 def test_check_no_vmap_runtime_and_source() -> None:

@@ -29,7 +29,12 @@ def test_missing_functions_are_named(graded: dict[str, Any]) -> None:
     """Functions left as TODO are reported by name; correct notebooks miss nothing."""
     assert graded["partial_submission.ipynb"].missing == ["global_mean"]
     assert sorted(graded["untouched_starter.ipynb"].missing) == sorted(FUNCTIONS)
-    for name in ("correct_pmap_psum.ipynb", "correct_decorator_pmean.ipynb", "correct_psum_of_sums.ipynb"):
+    for name in (
+        "correct_pmap_psum.ipynb",
+        "correct_decorator_pmean.ipynb",
+        "correct_psum_of_sums.ipynb",
+        "correct_all_gather.ipynb",
+    ):
         assert graded[name].missing == [], harness.explain(graded[name])
 
 
@@ -87,6 +92,24 @@ TEACHING = [
         "test_traces_under_jit[global_mean]",
         ["does not work under jax.jit", "float("],
         [],
+    ),
+    (
+        "vmap_then_device_put.ipynb",
+        "test_runs_on_every_device[parallel_convolve]",
+        ["as one program, then placed on the devices", "4 devices"],
+        ["jax.pmap", "device_put"],
+    ),
+    (
+        "mean_closed_over_no_psum.ipynb",
+        "test_runs_on_every_device[global_mean]",
+        ["never combine", "collective"],
+        ["lax.psum", "axis_name"],
+    ),
+    (
+        "mean_closed_over_no_psum.ipynb",
+        "test_global_mean_runs_on_every_device",
+        ["never combine"],
+        ["lax.psum"],
     ),
 ]
 

@@ -29,7 +29,12 @@ def test_missing_functions_are_named(graded: dict[str, Any]) -> None:
     """Functions left as TODO are reported by name; correct notebooks miss nothing."""
     assert sorted(graded["partial_submission.ipynb"].missing) == ["batched_td_update", "td_update"]
     assert sorted(graded["untouched_starter.ipynb"].missing) == sorted(FUNCTIONS)
-    for name in ("correct_tutorial.ipynb", "correct_grad_of_mean.ipynb", "correct_array_ops.ipynb"):
+    for name in (
+        "correct_tutorial.ipynb",
+        "correct_grad_of_mean.ipynb",
+        "correct_array_ops.ipynb",
+        "correct_stop_next_value_update_by_hand.ipynb",
+    ):
         assert graded[name].missing == [], harness.explain(graded[name])
 
 
@@ -73,6 +78,18 @@ TEACHING = [
         "batched_python_loop.ipynb",
         "test_batched_td_update_vectorized",
         ["not vectorized", "symbolic batch size"],
+        ["jax.vmap"],
+    ),
+    (
+        "loss_is_td_loss_update_by_hand.ipynb",
+        "test_td_loss_gradient_is_the_semi_gradient[4]",
+        ["jax.grad(td_loss_with_stop_gradient)", "full gradient", "not held constant"],
+        ["jax.lax.stop_gradient"],
+    ),
+    (
+        "batched_lax_map.ipynb",
+        "test_batched_td_update_vectorized",
+        ["loops over the batch", "lax.map"],
         ["jax.vmap"],
     ),
     (

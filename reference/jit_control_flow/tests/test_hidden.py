@@ -109,9 +109,9 @@ def test_works_under_jit(submission, reference, rng, case):
 
 @pytest.mark.category("jit")
 @pytest.mark.points(1)
-def test_selu_jit_is_itself_jitted(submission):
-    """selu_jit is itself a jax.jit-compiled function."""
-    check_is_jitted(submission, "selu_jit")
+def test_selu_jit_is_itself_jitted(submission, reference, rng):
+    """selu_jit is itself a jax.jit-compiled function (judged from its compiled code)."""
+    check_is_jitted(submission, "selu_jit", (normal(rng, 2, 5),), reference=reference.selu_jit)
 
 
 @pytest.mark.category("jit")

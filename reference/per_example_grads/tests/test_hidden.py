@@ -127,6 +127,7 @@ def test_works_under_jit(submission, reference, rng, name):
 
 @pytest.mark.category("jit")
 @pytest.mark.points(2)
-def test_per_example_grads_is_itself_jitted(submission):
-    """per_example_grads is itself a jax.jit-compiled function."""
-    check_is_jitted(submission, "per_example_grads")
+def test_per_example_grads_is_itself_jitted(submission, reference, rng):
+    """per_example_grads is itself a jax.jit-compiled function (judged from its compiled code)."""
+    args = make_args(rng, 6, 3)
+    check_is_jitted(submission, "per_example_grads", args, reference=reference.per_example_grads)

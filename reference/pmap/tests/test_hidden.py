@@ -4,21 +4,25 @@ Inputs are random (the `rng` fixture, seeded per grading run and test), never th
 D = 4 rows (one per device), signal lengths N of 3 (the shortest), 5 and 17 for
 `parallel_convolve`, row lengths n of 1, 6 and 33 for `global_mean`.
 
-Parallelism: `check_parallel` asks the sandbox how many devices the result is laid out
-across; `jax.vmap` or a Python loop computes the right numbers on one device and fails it.
+Parallelism is judged from the compiled code, on the trusted side: `check_parallel` exports
+the function for the test's shapes (`jax.export` under `jax.jit`, from shapes only), and the
+evaluator (which never runs student code) reads the module. It must be exported for 4 devices
+and split into one program per device (`sdy.manual_computation`: what `jax.pmap` and
+`shard_map` lower to). `jax.vmap` or a Python loop compiles for one device; `jax.vmap` followed
+by `jax.device_put(out, NamedSharding(mesh, P("d")))` compiles for 4 devices but as one
+program whose result is only placed there, so both fail. Where the result lies is not looked
+at: the kernel reports it, and it says nothing about where the work was done. global_mean must
+also combine the devices' results with a collective (`lax.psum`, `lax.pmean`, `all_gather`...):
+`jax.pmap(lambda row: jnp.mean(xs))(xs)`, each device averaging the whole closed-over array,
+has no collective and fails. Following the rule for crashes and wrong numbers (README), the
+module is also run in the evaluator (with the arguments replicated on a 4-device mesh) and must
+give the reference's numbers: a wrong or crashing function earns no parallelism point.
 
-jit — a choice, documented here. `grader.checks.check_jit` cannot grade a pmap'd function
-today: in jax 0.10 `jax.export(jax.jit(jax.pmap(f)))` works (pmap lowers to a 4-device
-shard_map; the module has nr_devices == 4), but the evaluator runs the module with
-`exp.call(*args)` on plain NumPy inputs, which JAX refuses for a multi-device module
-("exported for 4 devices and is called in a context with 1 devices"), so even the reference
-fails. (Fix, in grader/evaluator.py: when `exp.nr_devices > 1`, place the arguments on a
-`Mesh(jax.devices()[:exp.nr_devices])` before calling; then use `check_jit` here.) The
-per-device function cannot be tested instead: the contract does not ask students to expose
-it. So the jit tests below check what can be checked without running the module: the
-function traces under `jax.jit` for concrete shapes (`jax.export` in the sandbox), which fails
-for code that needs concrete values (`float(x)`, `np.asarray(x)`, a Python `if` on a value).
-The module's numbers are not compared; wrong numbers belong to numerics anyway.
+jit: the function traces under `jax.jit` for concrete shapes (`jax.export` in the sandbox),
+which fails for code that needs concrete values (`float(x)`, `np.asarray(x)`, a Python `if` on
+a value). (History: this test does not run the module, because until the evaluator placed the
+arguments of a multi-device module on a mesh, `exp.call` refused 4-device modules; the
+parallelism tests above now run them.)
 
 Points: numerics 7, parallelism 4, jit 2 (13; with the public tests' 4, 17).
 """
@@ -125,9 +129,19 @@ def test_global_mean_numerics(submission, reference, rng, n):
 @pytest.mark.category("parallelism")
 @pytest.mark.points(4)
 @pytest.mark.parametrize("name", ["parallel_convolve", "global_mean"])
-def test_runs_on_every_device(submission, rng, name):
-    """The result is laid out across the 4 devices: one row computed on each (jax.pmap)."""
-    check_parallel(submission, name, ARGS[name](rng), devices=D)
+def test_runs_on_every_device(submission, reference, rng, name):
+    """Compiled for the 4 devices as one program per device (jax.pmap), with the reference's
+    numbers; global_mean's devices combine their row means with a collective (lax.psum)."""
+    mean = name == "global_mean"
+    check_parallel(
+        submission,
+        name,
+        ARGS[name](rng),
+        devices=D,
+        collective=mean,
+        reference=getattr(reference, name),
+        tolerance=MEAN_TOL if mean else None,
+    )
 
 
 # --------------------------------------------------------------------------- jit (2)

@@ -2,16 +2,28 @@
 
 Inputs are random (the `rng` fixture, seeded per grading run and test), never the public ones:
 state sizes P of 1, 4 and 9 (the public tests use 3), batches of 1, 7 and 64 transitions.
-A missing or misplaced `stop_gradient` is caught by the numbers td_update returns (its
-gradient), never by reading the student's source: without it td_update is the full gradient
-(target - v) * (s_tm1 - s_t); on v_tm1 it is -(target - v) * s_t; on the whole loss it is 0.
-Points: numerics 10, jit 3, vectorization 3 (16; with the public tests' 5, 21).
+A missing or misplaced `stop_gradient` is caught by gradients, never by reading the student's
+source: without it the gradient is the full one, (target - v) * (s_tm1 - s_t); on v_tm1 it is
+-(target - v) * s_t; on the whole loss it is 0. Two gradients are checked:
+- the gradient of the student's own td_loss_with_stop_gradient, taken on the trusted side: the
+  function is exported with `vjp_order=1` and the evaluator (which never runs student code)
+  differentiates the module with respect to theta. Its value alone says nothing about
+  stop_gradient (`td_loss_with_stop_gradient = td_loss` has the right value), and a correct
+  td_update written by hand must not stand in for it (issue 10);
+- td_update's numbers.
+Points: numerics 10, jit 3, vectorization 3 (16; with the public tests' 5, 21). The loss's
+gradient test (3) took its points from numerics tests that stay: the loss's value 3 -> 2,
+td_update 4 -> 3, batched_td_update 3 -> 2, so the total is unchanged. Vectorization: the
+module traced with a symbolic batch must not loop over the batch (`lax.map`/`lax.scan` is
+sequential), judged from the module.
 """
 
 import numpy as np
 import pytest
 
 from grader.checks import CheckFailure, assert_close, check_jit, check_vectorized
+from grader.hints import hint_for
+from grader.session import StudentRaised, SubmissionError
 
 FUNCTIONS = ["td_loss_with_stop_gradient", "td_update", "batched_td_update"]
 # gradients come from a difference of two dot products: allow a few float32 roundings more
@@ -55,11 +67,11 @@ def diagnose_update(got, theta, s_tm1, r_t, s_t):
     return ""
 
 
-# --------------------------------------------------------------------------- numerics (10)
+# --------------------------------------------------------------------------- numerics (10: 2 + 3 + 3 + 2)
 
 
 @pytest.mark.category("numerics")
-@pytest.mark.points(3)
+@pytest.mark.points(2)
 @pytest.mark.parametrize("P", [1, 4, 9])
 def test_td_loss_with_stop_gradient_value(submission, reference, rng, P):
     """td_loss_with_stop_gradient has the same value as the given td_loss."""
@@ -69,7 +81,42 @@ def test_td_loss_with_stop_gradient_value(submission, reference, rng, P):
 
 
 @pytest.mark.category("numerics")
-@pytest.mark.points(4)
+@pytest.mark.points(3)
+@pytest.mark.parametrize("P", [1, 4, 9])
+def test_td_loss_gradient_is_the_semi_gradient(submission, reference, rng, P):
+    """The gradient of td_loss_with_stop_gradient itself (taken on the trusted side, from its
+    exported module) is the semi-gradient: the target is held constant."""
+    args = transition(rng, P)
+    name = "td_loss_with_stop_gradient"
+    try:
+        exp = submission.export(name, example=args, vjp_order=1)
+    except StudentRaised as exc:
+        where = exc.location.describe() if exc.location else ""
+        first = next((ln for ln in str(exc.evalue).splitlines() if ln.strip()), "")[:300]
+        raise CheckFailure(
+            f"`{name}` cannot be differentiated with jax.grad: {exc.ename}{' at ' + where if where else ''}: {first}",
+            exc.hint or hint_for(exc.ename, exc.evalue, exc.location),
+        ) from None
+    try:
+        got, _ = submission.evaluate_grad(name, exp.module, 0, *args)
+    except SubmissionError as exc:
+        raise CheckFailure(
+            f"the gradient of `{name}` could not be taken: {exc.message}",
+            "td_loss_with_stop_gradient must return one number (a scalar) that jax.grad can differentiate.",
+        ) from None
+    try:
+        assert_close(got, reference.td_update(*args), name=f"jax.grad({name}) with P={P}", **GRAD_TOL)
+    except CheckFailure as exc:
+        what = diagnose_update(got, *args)
+        raise CheckFailure(
+            f"{exc.message}" + (f"; the gradient of your td_loss_with_stop_gradient is {what}" if what else ""),
+            "Hold only the TD target `r_t + value_fn(theta, s_t)` constant with `jax.lax.stop_gradient`: "
+            "the loss keeps its value, and its gradient flows through v(s_tm1) alone.",
+        ) from None
+
+
+@pytest.mark.category("numerics")
+@pytest.mark.points(3)
 @pytest.mark.parametrize("P", [1, 4, 9])
 def test_td_update_is_the_semi_gradient(submission, reference, rng, P):
     """td_update is the gradient with the target held constant: (target - v(s_tm1)) * s_tm1."""
@@ -89,7 +136,7 @@ def test_td_update_is_the_semi_gradient(submission, reference, rng, P):
 
 
 @pytest.mark.category("numerics")
-@pytest.mark.points(3)
+@pytest.mark.points(2)
 @pytest.mark.parametrize("B", [1, 7, 64])
 def test_batched_td_update_numerics(submission, reference, rng, B):
     """batched_td_update is the mean of td_update over the batch."""

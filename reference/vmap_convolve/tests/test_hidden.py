@@ -155,9 +155,10 @@ def test_works_under_jit(submission, reference, rng, name):
 
 @pytest.mark.category("jit")
 @pytest.mark.points(2)
-def test_fast_batched_convolve_is_jitted(submission):
-    """fast_batched_convolve is itself a jax.jit-compiled function."""
-    check_is_jitted(submission, "fast_batched_convolve")
+def test_fast_batched_convolve_is_jitted(submission, reference, rng):
+    """fast_batched_convolve is itself a jax.jit-compiled function (judged from its compiled code)."""
+    args = make_args(rng, "fast_batched_convolve", 6, 10)
+    check_is_jitted(submission, "fast_batched_convolve", args, reference=reference.fast_batched_convolve)
 
 
 # --------------------------------------------------------------------------- purity (3)

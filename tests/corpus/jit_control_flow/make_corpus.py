@@ -223,6 +223,21 @@ NOT_JITTED_SELU = """\
 # selu already uses jnp.where, so it works as it is
 selu_jit = selu"""
 
+LOOKS_JITTED_SELU = """\
+class _LooksJitted:
+    # what a jitted function has: lower and trace (issue 10: the old probe looked only at these)
+    def __call__(self, x):
+        return selu(x)
+
+    def lower(self, *args):
+        return jax.jit(selu).lower(*args)
+
+    def trace(self, *args):
+        return jax.jit(selu).trace(*args)
+
+
+selu_jit = _LooksJitted()"""
+
 # -- typical mistakes -------------------------------------------------------------------------
 
 FLOAT_F = """\
@@ -336,6 +351,7 @@ def corpus() -> dict[str, nbformat.NotebookNode | str]:
     nbs["f_branches_swapped.ipynb"] = mistake("f_branches_swapped", "F. Student", f=SWAPPED_F)
     nbs["g_loop_fresh_lambda.ipynb"] = mistake("g_loop_fresh_lambda", "G. Student", g_loop_cached=FRESH_LAMBDA_LOOP)
     nbs["selu_not_jitted.ipynb"] = mistake("selu_not_jitted", "H. Student", selu_jit=NOT_JITTED_SELU)
+    nbs["selu_looks_jitted.ipynb"] = mistake("selu_looks_jitted", "Q. Student", selu_jit=LOOKS_JITTED_SELU)
 
     # typical mistakes
     nbs["f_float_concretize.ipynb"] = mistake("f_float_concretize", "I. Student", f=FLOAT_F)

@@ -171,6 +171,44 @@ PLAIN_LOOP = """\
 def per_example_grads(params, xs, ys):
     return jnp.stack([jax.grad(loss_fn)(params, x, y) for x, y in zip(xs, ys)])"""
 
+# -- issue 10: a sequential map over the examples, a callable that only looks jitted, jit of a
+# partial ------------------------------------------------------------------------------------
+
+LAX_MAP = """\
+@jax.jit
+def per_example_grads(params, xs, ys):
+    # one example at a time, inside jax
+    return jax.lax.map(lambda xy: jax.grad(loss_fn)(params, *xy), (xs, ys))"""
+
+LOOKS_JITTED = """\
+class Jitted:
+    \"\"\"Has everything a jitted function has (lower, trace), minus the compiling.\"\"\"
+
+    def __init__(self, fun):
+        self.fun = fun
+
+    def __call__(self, *args):
+        return self.fun(*args)
+
+    def lower(self, *args):
+        return jax.jit(self.fun).lower(*args)
+
+    def trace(self, *args):
+        return jax.jit(self.fun).trace(*args)
+
+
+per_example_grads = Jitted(jax.vmap(jax.grad(loss_fn), in_axes=(None, 0, 0)))"""
+
+JIT_PARTIAL = """\
+from functools import partial
+
+
+def grads_of(loss, params, xs, ys):
+    return jax.vmap(jax.grad(loss), in_axes=(None, 0, 0))(params, xs, ys)
+
+
+per_example_grads = jax.jit(partial(grads_of, loss_fn))"""
+
 TODO = """\
 # TODO"""
 
@@ -234,6 +272,9 @@ def corpus() -> dict[str, nbformat.NotebookNode | str]:
     )
     nbs["batch_grad_python_loop.ipynb"] = mistake("batch_grad_python_loop", "J. Student", batch=BATCH_GRAD_LOOP)
     nbs["plain_python_loop.ipynb"] = mistake("plain_python_loop", "K. Student", per_example=PLAIN_LOOP)
+    nbs["lax_map_over_examples.ipynb"] = mistake("lax_map_over_examples", "L. Student", per_example=LAX_MAP)
+    nbs["looks_jitted.ipynb"] = mistake("looks_jitted", "M. Student", per_example=LOOKS_JITTED)
+    nbs["correct_jit_partial.ipynb"] = mistake("correct_jit_partial", "N. Student", per_example=JIT_PARTIAL)
     nbs["partial_submission.ipynb"] = mistake(
         "partial_submission", "L. Student", check="print(per_example_grads(params, xs, ys))", batch=TODO
     )

@@ -195,6 +195,33 @@ SHARED_W_CONVOLVE = """\
 # the window is the same kind of thing for every row, so don't split it
 parallel_convolve = jax.pmap(convolve, in_axes=(0, None))"""
 
+GATHER_MEAN = """\
+def device_mean(x):
+    # every device gets all the row means, and averages them
+    means = lax.all_gather(jnp.mean(x), axis_name="rows")
+    return jnp.mean(means)
+
+
+global_mean = jax.pmap(device_mean, axis_name="rows")"""
+
+# -- forged parallelism: computed on one device, the result then spread over the devices -------
+
+VMAP_PLACED_CONVOLVE = """\
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+mesh = Mesh(np.array(jax.devices()), ("d",))
+
+
+def parallel_convolve(xs, ws):
+    out = jax.vmap(convolve)(xs, ws)
+    # one row on each device, so it counts as parallel
+    return jax.device_put(out, NamedSharding(mesh, P("d")))"""
+
+CLOSED_OVER_MEAN = """\
+def global_mean(xs):
+    # every device computes the mean of all of xs: no need to combine anything
+    return jax.pmap(lambda row: jnp.mean(xs))(xs)"""
+
 TODO = """\
 # TODO"""
 
@@ -270,6 +297,14 @@ def corpus() -> dict[str, nbformat.NotebookNode | str]:
         check="print(global_mean(xs))",  # parallel_convolve raises: the student left it out
         convolve=SHARED_W_CONVOLVE,
     )
+    # issue 10: a collective other than psum passes; parallelism forged by placement, and a mean
+    # that every device computes from the whole closed-over array, lose the parallelism points
+    nbs["correct_all_gather.ipynb"] = build(
+        "correct_all_gather",
+        head("M. Student") + solution_cells(WRAPPED_CONVOLVE, GATHER_MEAN) + [code(CHECK_ALL)],
+    )
+    nbs["vmap_then_device_put.ipynb"] = mistake("vmap_then_device_put", "N. Student", convolve=VMAP_PLACED_CONVOLVE)
+    nbs["mean_closed_over_no_psum.ipynb"] = mistake("mean_closed_over_no_psum", "O. Student", mean=CLOSED_OVER_MEAN)
     nbs["partial_submission.ipynb"] = mistake(
         "partial_submission", "L. Student", check="print(parallel_convolve(xs, ws))", mean=TODO
     )

@@ -213,6 +213,30 @@ def td_update(theta, s_tm1, r_t, s_t):
     td_error = float(r_t + np.dot(theta, s_t) - np.dot(theta, s_tm1))
     return td_error * np.asarray(s_tm1)"""
 
+# -- issue 10: the loss's own gradient, and a sequential map over the batch --------------------
+
+SAME_AS_TD_LOSS = """\
+# same value as td_loss, so same function
+td_loss_with_stop_gradient = td_loss"""
+
+BY_HAND_UPDATE = """\
+def td_update(theta, s_tm1, r_t, s_t):
+    # the semi-gradient worked out by hand: (target - v(s_tm1)) * s_tm1
+    td_error = r_t + value_fn(theta, s_t) - value_fn(theta, s_tm1)
+    return td_error * s_tm1"""
+
+STOP_NEXT_VALUE_LOSS = """\
+def td_loss_with_stop_gradient(theta, s_tm1, r_t, s_t):
+    # r_t does not depend on theta: stopping v(s_t) holds the whole target constant
+    target = r_t + jax.lax.stop_gradient(value_fn(theta, s_t))
+    return -0.5 * (target - value_fn(theta, s_tm1)) ** 2"""
+
+LAX_MAP_BATCHED = """\
+def batched_td_update(theta, s_tm1s, r_ts, s_ts):
+    # one transition at a time, but inside jax: no Python loop
+    per_example = jax.lax.map(lambda t: td_update(theta, *t), (s_tm1s, r_ts, s_ts))
+    return per_example.mean(axis=0)"""
+
 TODO = """\
 # TODO"""
 
@@ -292,6 +316,14 @@ def corpus() -> dict[str, nbformat.NotebookNode | str]:
         update=NUMPY_UPDATE,
         batched=ARRAY_OPS_BATCHED,
     )
+    # issue 10: the loss's gradient is checked, not only its value; lax.map is not vectorized
+    nbs["loss_is_td_loss_update_by_hand.ipynb"] = mistake(
+        "loss_is_td_loss_update_by_hand", "N. Student", loss=SAME_AS_TD_LOSS, update=BY_HAND_UPDATE
+    )
+    nbs["correct_stop_next_value_update_by_hand.ipynb"] = mistake(
+        "correct_stop_next_value_update_by_hand", "O. Student", loss=STOP_NEXT_VALUE_LOSS, update=BY_HAND_UPDATE
+    )
+    nbs["batched_lax_map.ipynb"] = mistake("batched_lax_map", "P. Student", batched=LAX_MAP_BATCHED)
     nbs["partial_submission.ipynb"] = mistake(
         "partial_submission",
         "M. Student",

@@ -162,6 +162,47 @@ def manually_vectorized_convolve(xs, ws):
         out = out.at[b].set(convolve(xs[b], ws[b]))
     return out"""
 
+# -- issue 10: a sequential map over the batch, a callable that only looks jitted, a loop of
+# fixed length over the window ---------------------------------------------------------------
+
+LAX_MAP_BATCHED = """\
+def batched_convolve(xs, ws):
+    # lax.map runs convolve on each (x, w) pair: no Python loop
+    return jax.lax.map(lambda xw: convolve(*xw), (xs, ws))"""
+
+LAX_MAP_SHARED = """\
+def batched_convolve_shared_w(xs, w):
+    return jax.lax.map(lambda x: convolve(x, w), xs)"""
+
+LOOKS_JITTED_FAST = """\
+class _Compiled:
+    \"\"\"Behaves like a jitted function (it has .lower and .trace).\"\"\"
+
+    def __init__(self, fun):
+        self.fun = fun
+
+    def __call__(self, *args):
+        return self.fun(*args)
+
+    def lower(self, *args):
+        return jax.jit(self.fun).lower(*args)
+
+    def trace(self, *args):
+        return jax.jit(self.fun).trace(*args)
+
+
+fast_batched_convolve = _Compiled(batched_convolve)"""
+
+FORI_WINDOW_MANUAL = """\
+def manually_vectorized_convolve(xs, ws):
+    # add up the three taps of the window, each over the whole batch at once
+    n = xs.shape[1] - 2
+
+    def tap(k, acc):
+        return acc + jax.lax.dynamic_slice_in_dim(xs, k, n, axis=1) * ws[:, k][:, None]
+
+    return jax.lax.fori_loop(0, 3, tap, jnp.zeros((xs.shape[0], n), xs.dtype))"""
+
 SHARED_MAPS_W = """\
 # same as batched_convolve, w is shared anyway
 batched_convolve_shared_w = jax.vmap(convolve)"""
@@ -698,6 +739,17 @@ def corpus() -> dict[str, nbformat.NotebookNode | str]:
     )
     nbs["not_jitted.ipynb"] = build(
         "not_jitted", head("I. Student") + vmap_solution(fast=NOT_JITTED_FAST) + [code(CHECK_ALL)]
+    )
+
+    nbs["lax_map_over_batch.ipynb"] = build(
+        "lax_map_over_batch",
+        head("T. Student") + vmap_solution(batched=LAX_MAP_BATCHED, shared=LAX_MAP_SHARED) + [code(CHECK_ALL)],
+    )
+    nbs["fast_looks_jitted.ipynb"] = build(
+        "fast_looks_jitted", head("U. Student") + vmap_solution(fast=LOOKS_JITTED_FAST) + [code(CHECK_ALL)]
+    )
+    nbs["correct_fori_over_window.ipynb"] = build(
+        "correct_fori_over_window", head("V. Student") + vmap_solution(manual=FORI_WINDOW_MANUAL) + [code(CHECK_ALL)]
     )
 
     nbs["syntax_error_cell.ipynb"] = build(
