@@ -340,7 +340,10 @@ def check_vectorized(
 ) -> None:
     """``name`` traces with a symbolic batch size (so no Python loop runs over the batch), and
     the one compiled module gives, for every batch size in ``cases``, the expected result (or
-    the reference's).  Wrong numbers fail it too, as in :func:`check_jit`."""
+    the reference's).  Wrong numbers fail it too, as in :func:`check_jit`.  The module must
+    also have no loop whose length is the batch size (``batch_loops`` of the evaluator's
+    analysis): ``lax.map``/``lax.scan``/``fori_loop`` over the batch trace with a symbolic batch
+    but run one example after another."""
     try:
         exp = submission.export(name, specs)
     except StudentRaised as exc:

@@ -196,10 +196,11 @@ fast_batched_convolve = _Compiled(batched_convolve)"""
 FORI_WINDOW_MANUAL = """\
 def manually_vectorized_convolve(xs, ws):
     # add up the three taps of the window, each over the whole batch at once
+    xs, ws = jnp.asarray(xs), jnp.asarray(ws)
     n = xs.shape[1] - 2
 
     def tap(k, acc):
-        return acc + jax.lax.dynamic_slice_in_dim(xs, k, n, axis=1) * ws[:, k][:, None]
+        return acc + jax.lax.dynamic_slice_in_dim(xs, k, n, axis=1) * jax.lax.dynamic_slice_in_dim(ws, k, 1, axis=1)
 
     return jax.lax.fori_loop(0, 3, tap, jnp.zeros((xs.shape[0], n), xs.dtype))"""
 
