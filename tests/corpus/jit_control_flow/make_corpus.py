@@ -236,6 +236,20 @@ def g_loop_cached(x, n):
         i = loop_body(i)
     return x + i"""
 
+# the tutorial's "this is OK" variant: jax.jit of a named function inside the loop (jit caches
+# on the function object, so every iteration hits one compilation)
+TUTORIAL_JIT_NAMED_IN_LOOP = """\
+def unjitted_loop_body(prev_i):
+    return prev_i + 1
+
+
+def g_loop_cached(x, n):
+    i = 0
+    while i < n:
+        # this is OK, since JAX can find the cached, compiled function
+        i = jax.jit(unjitted_loop_body)(i)
+    return x + i"""
+
 # -- mutants of the reference -----------------------------------------------------------------
 
 STATIC_F = """\
@@ -381,6 +395,13 @@ def corpus() -> dict[str, nbformat.NotebookNode | str]:
         "correct_tutorial_method1_def",
         head("R. Student")
         + solution_cells(TUTORIAL_F, TUTORIAL_G_STATIC, TUTORIAL_G_TRACED, TUTORIAL_SELU, TUTORIAL_METHOD1_DEF)
+        + [code(CHECK_ALL)],
+    )
+
+    nbs["correct_tutorial_jit_named_in_loop.ipynb"] = build(
+        "correct_tutorial_jit_named_in_loop",
+        head("S. Student")
+        + solution_cells(TUTORIAL_F, TUTORIAL_G_STATIC, TUTORIAL_G_TRACED, TUTORIAL_SELU, TUTORIAL_JIT_NAMED_IN_LOOP)
         + [code(CHECK_ALL)],
     )
 
