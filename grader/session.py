@@ -466,9 +466,17 @@ class Session:
             raise MissingName(name)
         if resp.get("timeout"):
             extra = "" if resp.get("restarted") is None else " (the kernel had to be restarted)"
+            # the worker echoes the limit this request was sent with; anything else: the default
+            ran = resp.get("timeout")
+            if isinstance(ran, bool) or not isinstance(ran, (int, float)) or not 0 < ran < 1e6:
+                ran = self.limits.call_timeout
             raise CallTimedOut(
-                f"`{name}` did not finish within {self.limits.call_timeout:g}s{extra}",
-                "Look for an infinite loop, or a loop whose length depends on a traced value.",
+                f"`{name}` did not finish within {ran:g}s{extra}: it is either too slow for that limit "
+                "or stuck in a loop that never ends",
+                "If it is correct but slow, do the work in fewer, larger calls: draw all the numbers at "
+                "once (e.g. `jax.random.normal(key, (num_samples, *shape))`) or map with `jax.vmap` instead of "
+                "calling JAX once per element in a Python loop. Otherwise look for a loop whose condition "
+                "never becomes false.",
             )
         if resp.get("died"):
             raise SandboxLost(

@@ -4,6 +4,13 @@ Inputs are random (the `rng` fixture, seeded per grading run and test), never th
 The shapes and loop counts of the retracing and compile-count tests are used nowhere else, so
 that neither the student's own notebook nor an earlier test can have warmed JAX's caches.
 Points: numerics 11, jit 13 (24; with the public tests' 8, 32).
+
+`g_loop_cached` is not run under an outer `jax.jit`: the contract (curriculum §2) does not ask
+it, and the tutorial's own answer (`while i < n: i = loop_body(i)`, with `i` the jitted body's
+result) cannot work there, since the loop test needs a concrete `i`. The point that case carried
+moved to `test_g_loop_cached_compile_count` (1 -> 2), so g_loop_cached keeps its 3 jit points
+and the jit total stays 13: under jit 5 (one per case), selu_jit jitted 1, traces once 2,
+recompiles 2, compile counts 2 + 1.
 """
 
 import numpy as np
@@ -94,12 +101,12 @@ JIT_CASES = {
     "g_static": ("g_static", lambda rng: (normal(rng, 8),), {"n": 5}),
     "g_traced-n-traced": ("g_traced", lambda rng: (normal(rng, 8), np.int32(7)), None),
     "selu_jit": ("selu_jit", lambda rng: (normal(rng, 5, 3),), None),
-    "g_loop_cached": ("g_loop_cached", lambda rng: (normal(rng, 8),), {"n": 3}),
+    # no g_loop_cached case: it need not work under an outer jit (see the module docstring)
 }
 
 
 @pytest.mark.category("jit")
-@pytest.mark.points(6)
+@pytest.mark.points(5)
 @pytest.mark.parametrize("case", list(JIT_CASES))
 def test_works_under_jit(submission, reference, rng, case):
     """The function traces under jax.jit with traced arguments and gives the right numbers."""
@@ -137,7 +144,7 @@ def test_g_static_recompiles_only_for_new_n(submission, reference, rng):
 
 
 @pytest.mark.category("jit")
-@pytest.mark.points(1)
+@pytest.mark.points(2)
 def test_g_loop_cached_compile_count(submission, rng):
     """Two calls of g_loop_cached(x, 20) cause at most 2 XLA compilations."""
     x = normal(rng, 2, 9)
