@@ -156,7 +156,7 @@ class _Taint:
                 self.funcs[_sym(op, "sym_name")] = op
         self.tainted: set[Any] = set()
         self.ops = [op for f in self.funcs.values() for op in _walk(f)]
-        for name, f in self.funcs.items():
+        for f in self.funcs.values():
             if _sym(f, "sym_visibility") != "private" and len(f.regions[0].blocks):
                 self.tainted.update(f.regions[0].blocks[0].arguments)
         changed = True

@@ -182,8 +182,9 @@ def _drawn_by(family, arrays: dict[str, np.ndarray]) -> dict[str, bytes]:
         a = np.asarray(a, np.float64).ravel()
         if a.size < 8 or not np.all(np.isfinite(a)) or not np.any(a):
             continue
+        shape = np.shape(arrays[label])
         draws = np.asarray(
-            jax.vmap(lambda k, shape=np.shape(arrays[label]): jax.random.normal(k, shape, np.float32))(typed),
+            jax.vmap(lambda k, shape=shape: jax.random.normal(k, shape, np.float32))(typed),
             np.float64,
         ).reshape(len(keys), -1)
         cos = draws @ a / (np.linalg.norm(draws, axis=1) * np.linalg.norm(a))
