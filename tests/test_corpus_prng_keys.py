@@ -59,8 +59,9 @@ def test_key_reuse_hidden_from_the_checker_is_seen_in_the_returned_numbers(grade
     init = harness.find_test(graded["parent_key_reused_clone.ipynb"], "test_no_key_reuse[init_mlp_params]")
     assert init.status == "failed" and "layer 0's weights" in init.message, init.message
     for name in ("correct_tutorial.ipynb", "correct_tutorial_split_n_loop.ipynb"):
-        for test in harness.find_test(graded[name], "test_no_key_reuse[sample_noise]"), harness.find_test(
-            graded[name], "test_sample_noise_is_iid_standard_normal[scalars]"
+        for test in (
+            harness.find_test(graded[name], "test_no_key_reuse[sample_noise]"),
+            harness.find_test(graded[name], "test_sample_noise_is_iid_standard_normal[scalars]"),
         ):
             assert test.status == "passed", harness.explain(graded[name])
             assert test.duration < 30, f"{name}: {test.name} took {test.duration:.1f}s"
