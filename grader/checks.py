@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from grader.hints import hint_for
-from grader.notebook import mentions
+from grader.notebook import fresh_jit_in_loop, mentions
 from grader.protocol import PRNGKeyData
 from grader.session import StudentRaised, SubmissionError, error_cause
 
@@ -395,14 +395,25 @@ def check_pure(
     name: str,
     args: tuple[Any, ...] | list[Any],
     *,
-    readonly: bool = False,
+    readonly: bool = True,
     reference: Any = None,
 ) -> None:
     """Repeated calls agree exactly (and, given a ``reference``, each equals its result, which a
     function with hidden state cannot fake without being right every time), NumPy inputs are not
-    modified, and the compiled function has no host callbacks (``jax.debug.print``/``callback``)."""
+    modified, and the compiled function has no host callbacks (``jax.debug.print``/``callback``).
+
+    With ``readonly`` (the default) the sandbox hands the function NumPy arrays that the operating
+    system maps read-only: a write into them raises, and no flag makes them writable again. With
+    ``readonly=False`` the arrays are writable, and whether they changed is what the sandbox
+    reports (see SECURITY.md: that observation is the student's kernel's)."""
     args = tuple(args)
-    res = submission.call(name, *args, repeat=2, readonly=readonly)
+    try:
+        res = submission.call(name, *args, repeat=2, readonly=readonly)
+    except StudentRaised as exc:
+        if readonly and ("read-only" in exc.evalue or "WRITEABLE" in exc.evalue):
+            message, _ = _raised(exc, f"`{name}` writes into its input arguments (they were read-only)")
+            raise CheckFailure(message, _PURE_INPUTS_HINT) from None
+        raise
     if reference is not None:
         want = reference(*args)
         for i, value in enumerate(res.values):
@@ -423,11 +434,7 @@ def check_pure(
                 ) from None
     if res.mutated:
         which = ", ".join(f"#{i + 1}" for i in res.mutated)
-        raise CheckFailure(
-            f"`{name}` modified its input argument {which} in place",
-            "JAX functions must be pure: build a new array (`x.at[i].set(v)`, `jnp.where`) instead of "
-            "assigning into the input.",
-        )
+        raise CheckFailure(f"`{name}` modified its input argument {which} in place", _PURE_INPUTS_HINT)
     try:
         assert_close(res.values[1], res.values[0], name=f"second call of {name}", exact=True)
     except CheckFailure as exc:
@@ -446,6 +453,11 @@ def check_pure(
             ) from None
     except SubmissionError:
         pass  # tracing problems belong to the jit category
+
+
+_PURE_INPUTS_HINT = (
+    "JAX functions must be pure: build a new array (`x.at[i].set(v)`, `jnp.where`) instead of assigning into the input."
+)
 
 
 def check_is_jitted(
@@ -481,9 +493,22 @@ def check_is_jitted(
 
 
 def check_no_vmap(submission: Any, name: str, args: tuple[Any, ...] | list[Any]) -> None:
-    """``name`` neither calls ``jax.vmap`` when run nor mentions ``vmap`` in its source."""
-    res = submission.call(name, *tuple(args))
-    if res.vmap_used or mentions(submission.sources(name), "vmap"):
+    """``name`` is vectorized without ``jax.vmap``, judged on the trusted side: the module
+    exported for the shapes of ``args`` has no operation traced under ``vmap`` (JAX's name stack
+    in its locations), and neither its source nor any notebook definition it names mentions
+    ``vmap``.  A student who forges this must hand over a module without ``vmap`` in it."""
+    args = tuple(args)
+    reachable = getattr(submission, "reachable_sources", submission.sources)(name)
+    vmapped = mentions(reachable, "vmap")
+    if not vmapped:
+        try:
+            exp = submission.export(name, example=args)
+        except StudentRaised as exc:
+            message, hint = _raised(exc, f"`{name}` could not be compiled to check how it is vectorized")
+            raise CheckFailure(message, hint) from None
+        _, info = submission.evaluate(name, exp.module, *args)
+        vmapped = _module_fact(name, info.get("analysis", {}), "vmapped")
+    if vmapped:
         raise CheckFailure(
             f"`{name}` uses jax.vmap; this one must be vectorized by hand",
             "Write it with array operations over the batch axis: slice all rows at once "
@@ -605,7 +630,17 @@ def check_recompiles(
 
 
 def check_compile_count(submission: Any, name: str, calls: list[Any], *, at_most: int) -> None:
-    """All of ``calls`` together cause at most ``at_most`` XLA compilations."""
+    """All of ``calls`` together cause at most ``at_most`` XLA compilations, and the function's
+    source (read on the trusted side) makes no ``jax.jit(lambda ...)``/``jax.jit(partial(...))``
+    inside a loop.  The count is the sandbox's (JAX's compile events in the student's kernel), so
+    it can be forged (SECURITY.md); the source check cannot, but can be written around."""
+    fresh = fresh_jit_in_loop(submission.sources(name))
+    if fresh:
+        raise CheckFailure(
+            f"`{name}` makes a new jitted function inside its loop (`{fresh[:120]}`): every iteration compiles again",
+            "Create each jitted function once, outside the loop: `jax.jit(lambda ...)` or "
+            "`jax.jit(partial(...))` inside a loop makes a new function, and a new compilation, every time.",
+        )
     plan = _calls(calls)
     res = submission.count(name, plan, "compiles")
     total = sum(res.counts)

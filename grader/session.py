@@ -178,9 +178,7 @@ class ExecutionReport:
 class CallResult:
     values: list[Any]
     mutated: tuple[int, ...]
-    vmap_used: bool
     elapsed: tuple[float, ...]
-    devices: int = 0  # devices the (first) result is laid out across, as the sandbox saw it
 
     @property
     def value(self) -> Any:
@@ -541,11 +539,9 @@ class Session:
         return CallResult(
             values=values,
             mutated=tuple(i for i in mutated if type(i) is int) if isinstance(mutated, list) else (),
-            vmap_used=resp.get("vmap_used") is True,
             elapsed=tuple(float(e) for e in elapsed if isinstance(e, (int, float)))
             if isinstance(elapsed, list)
             else (),
-            devices=resp["devices"] if type(resp.get("devices")) is int else 0,
         )
 
     def count(
@@ -739,6 +735,7 @@ ANALYSIS_FIELDS: dict[str, type] = {
     "whole_call": bool,
     "collectives": list,
     "per_device": bool,
+    "vmapped": bool,
     "analysis_error": str,
 }
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from grader.notebook import LoadedNotebook, definition_sources
+from grader.notebook import LoadedNotebook, definition_sources, reachable_sources
 from grader.session import CallResult, CountResult, ExportResult, MissingName, Session
 
 
@@ -96,3 +96,10 @@ class Submission:
         if self._notebook is None:
             return []
         return definition_sources(self._notebook.code_cells(), name)
+
+    def reachable_sources(self, name: str) -> list[str]:
+        """The notebook's source for ``name`` and for every notebook definition it names,
+        transitively (read on the trusted side)."""
+        if self._notebook is None:
+            return []
+        return reachable_sources(self._notebook.code_cells(), name)

@@ -181,7 +181,7 @@ def test_missing_name(session):
     assert info.value.name == "not_defined_anywhere"
     assert session.probe(["not_defined_anywhere", "add"]) == {
         "not_defined_anywhere": {"exists": False},
-        "add": {"exists": True, "callable": True, "type": "builtins.function", "jitted": False},
+        "add": {"exists": True, "callable": True, "type": "builtins.function"},
     }
     # a name defined only by a cell that failed is missing too
     with pytest.raises(MissingName):
