@@ -397,6 +397,7 @@ class Session:
         rid = self._next_id
         frag, payload = protocol.pack_values(values)
         header = {"op": op, "id": rid, "timeout": timeout, **fields, **frag}
+        self._sent_timeout = timeout  # what a timeout message reports (never the sandbox's echo)
         try:
             self.worker.send(header, payload)
             # the worker itself applies `timeout`; allow it time to interrupt, probe and replay
@@ -464,10 +465,8 @@ class Session:
             raise MissingName(name)
         if resp.get("timeout"):
             extra = "" if resp.get("restarted") is None else " (the kernel had to be restarted)"
-            # the worker echoes the limit this request was sent with; anything else: the default
-            ran = resp.get("timeout")
-            if isinstance(ran, bool) or not isinstance(ran, (int, float)) or not 0 < ran < 1e6:
-                ran = self.limits.call_timeout
+            # the limit the trusted side sent with the request (the sandbox's reply could carry data)
+            ran = getattr(self, "_sent_timeout", self.limits.call_timeout)
             raise CallTimedOut(
                 f"`{name}` did not finish within {ran:g}s{extra}: it is either too slow for that limit "
                 "or stuck in a loop that never ends",
