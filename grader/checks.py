@@ -513,7 +513,9 @@ def check_parallel(
     nr = _module_fact(name, analysis, "nr_devices")
     split = _module_fact(name, analysis, "per_device")
     if nr < devices or not split:
-        where = f"on {nr} device{'s' if nr != 1 else ''}" if nr < devices else "as one program, then placed on the devices"
+        where = (
+            f"on {nr} device{'s' if nr != 1 else ''}" if nr < devices else "as one program, then placed on the devices"
+        )
         raise CheckFailure(
             f"`{name}` computed its result {where}; expected one program per device on {devices} devices",
             "Use `jax.pmap` so that each device computes one row: `jax.vmap` and Python loops run "

@@ -16,7 +16,6 @@ from typing import Any
 from grader import protocol
 from grader.worker import apply_limits
 
-
 _ANALYSES: dict[str, dict[str, Any]] = {}
 
 
@@ -35,7 +34,10 @@ def _load(values: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         try:
             _ANALYSES[digest] = analyze_module(exp)
         except Exception as exc:  # an analysis that fails decides nothing: the checks fail closed
-            _ANALYSES[digest] = {"nr_devices": int(exp.nr_devices), "analysis_error": f"{type(exc).__name__}: {exc}"[:500]}
+            _ANALYSES[digest] = {
+                "nr_devices": int(exp.nr_devices),
+                "analysis_error": f"{type(exc).__name__}: {exc}"[:500],
+            }
     return exp, _ANALYSES[digest]
 
 
@@ -154,7 +156,7 @@ class _Taint:
                 self.funcs[_sym(op, "sym_name")] = op
         self.tainted: set[Any] = set()
         self.ops = [op for f in self.funcs.values() for op in _walk(f)]
-        for name, f in self.funcs.items():
+        for f in self.funcs.values():
             if _sym(f, "sym_visibility") != "private" and len(f.regions[0].blocks):
                 self.tainted.update(f.regions[0].blocks[0].arguments)
         changed = True
@@ -244,7 +246,12 @@ def _whole_call(taint: _Taint) -> bool:
         rest = [op for op in ops if op is not call and op is not ret]
         if callee == _WRAPPER:
             # the symbolic-shape prologue: dimension sizes and their assertions, then the call
-            allowed = {"stablehlo.constant", "stablehlo.get_dimension_size", "stablehlo.compare", "stablehlo.custom_call"}
+            allowed = {
+                "stablehlo.constant",
+                "stablehlo.get_dimension_size",
+                "stablehlo.compare",
+                "stablehlo.custom_call",
+            }
             if any(op.name not in allowed for op in rest):
                 return False
             main = funcs[callee]

@@ -240,10 +240,16 @@ def test_check_parallel_judges_the_module() -> None:
     with pytest.raises(CheckFailure, match="never combine"):
         check_parallel(FakeSubmission({"f": _conv}, analysis=PMAP), "f", xs, devices=4, collective=True)
     check_parallel(
-        FakeSubmission({"f": _conv}, analysis=dict(PMAP, collectives=["all_reduce"])), "f", xs, devices=4, collective=True
+        FakeSubmission({"f": _conv}, analysis=dict(PMAP, collectives=["all_reduce"])),
+        "f",
+        xs,
+        devices=4,
+        collective=True,
     )
     with pytest.raises(CheckFailure, match="values differ"):
-        check_parallel(FakeSubmission({"f": _conv}, analysis=PMAP), "f", xs, devices=4, reference=lambda a, b: 0 * _conv(a, b))
+        check_parallel(
+            FakeSubmission({"f": _conv}, analysis=PMAP), "f", xs, devices=4, reference=lambda a, b: 0 * _conv(a, b)
+        )
 
 
 def test_check_no_vmap_runtime_and_source() -> None:

@@ -47,7 +47,10 @@ def concrete(f, *shapes, vjp_order=0):
 
 def run(op, exp, *args, **fields):
     """One request to the evaluator's handler, in this process."""
-    values = {"module": np.frombuffer(bytes(exp.serialize(vjp_order=1 if exp.has_vjp() else 0)), dtype=np.uint8), "args": list(args)}
+    values = {
+        "module": np.frombuffer(bytes(exp.serialize(vjp_order=1 if exp.has_vjp() else 0)), dtype=np.uint8),
+        "args": list(args),
+    }
     frag, payload = protocol.pack_values(values)
     head, out = _evaluate({"op": op, **fields, **frag}, payload)
     return head, out.get("result")
@@ -64,12 +67,19 @@ LOOPS = {
     "lax.map over the batch": (lambda xs, w: lax.map(lambda x: conv(x, w), xs), 1),
     "lax.scan over the batch": (lambda xs, w: lax.scan(lambda c, x: (c, conv(x, w)), 0.0, xs)[1], 1),
     "fori_loop(0, B)": (
-        lambda xs, w: lax.fori_loop(0, xs.shape[0], lambda i, acc: acc.at[i].set(conv(xs[i], w)), jnp.zeros((xs.shape[0], 6))),
+        lambda xs, w: lax.fori_loop(
+            0, xs.shape[0], lambda i, acc: acc.at[i].set(conv(xs[i], w)), jnp.zeros((xs.shape[0], 6))
+        ),
         1,
     ),
-    "while_loop on the data": (lambda xs, w: lax.while_loop(lambda c: c[0] < xs.sum(), lambda c: (c[0] + 1.0, c[1]), (0.0, xs))[0], 1),
+    "while_loop on the data": (
+        lambda xs, w: lax.while_loop(lambda c: c[0] < xs.sum(), lambda c: (c[0] + 1.0, c[1]), (0.0, xs))[0],
+        1,
+    ),
     "fori_loop(0, 3) over the window": (
-        lambda xs, w: lax.fori_loop(0, 3, lambda i, acc: acc + lax.dynamic_slice_in_dim(xs, i, 6, 1) * w[i], jnp.zeros((xs.shape[0], 6))),
+        lambda xs, w: lax.fori_loop(
+            0, 3, lambda i, acc: acc + lax.dynamic_slice_in_dim(xs, i, 6, 1) * w[i], jnp.zeros((xs.shape[0], 6))
+        ),
         0,
     ),
     "fixed-length scan over the window": (
@@ -78,12 +88,17 @@ LOOPS = {
     ),
     "vmap of a fori_loop over the window": (
         lambda xs, w: jax.vmap(
-            lambda x: lax.fori_loop(0, 6, lambda i, acc: acc.at[i].set(jnp.dot(lax.dynamic_slice(x, (i,), (3,)), w)), jnp.zeros(6))
+            lambda x: lax.fori_loop(
+                0, 6, lambda i, acc: acc.at[i].set(jnp.dot(lax.dynamic_slice(x, (i,), (3,)), w)), jnp.zeros(6)
+            )
         )(xs),
         0,
     ),
     "lax.map over the batch, fori_loop over the window inside": (
-        lambda xs, w: lax.map(lambda x: lax.fori_loop(0, 3, lambda i, acc: acc + lax.dynamic_slice_in_dim(x, i, 6) * w[i], jnp.zeros(6)), xs),
+        lambda xs, w: lax.map(
+            lambda x: lax.fori_loop(0, 3, lambda i, acc: acc + lax.dynamic_slice_in_dim(x, i, 6) * w[i], jnp.zeros(6)),
+            xs,
+        ),
         1,
     ),
 }
@@ -276,8 +291,15 @@ def test_every_answer_carries_the_analysis_and_analyze_alone_runs_nothing():
 
 
 def test_the_trusted_side_type_checks_the_analysis():
-    good = {"nr_devices": 4, "custom_calls": ["x"], "loops": 1, "batch_loops": 0, "whole_call": True,
-            "collectives": ["all_reduce"], "per_device": True}
+    good = {
+        "nr_devices": 4,
+        "custom_calls": ["x"],
+        "loops": 1,
+        "batch_loops": 0,
+        "whole_call": True,
+        "collectives": ["all_reduce"],
+        "per_device": True,
+    }
     assert _analysis(good) == good
     forged = dict(good, batch_loops="0", whole_call=1, collectives=[1], extra="x")
     got = _analysis(forged)
@@ -311,8 +333,12 @@ def session(make_notebook, isolation):
 
 def test_session_analyze_and_evaluate_grad(session):
     rng = np.random.default_rng(1)
-    args = (rng.standard_normal(3).astype(np.float32), rng.standard_normal(3).astype(np.float32), np.float32(0.3),
-            rng.standard_normal(3).astype(np.float32))
+    args = (
+        rng.standard_normal(3).astype(np.float32),
+        rng.standard_normal(3).astype(np.float32),
+        np.float32(0.3),
+        rng.standard_normal(3).astype(np.float32),
+    )
     exp = session.export("td_loss", example=args, vjp_order=1)
     grad, info = session.evaluate_grad("td_loss", exp.module, 0, *args)
     np.testing.assert_allclose(grad, jax.grad(td_loss)(*args), rtol=1e-5, atol=1e-6)
