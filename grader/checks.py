@@ -7,15 +7,18 @@ validated data (see :mod:`grader.protocol`); references may be JAX arrays.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from grader.hints import hint_for
-from grader.notebook import mentions
+from grader.notebook import fresh_jit_in_loop, mentions
 from grader.protocol import PRNGKeyData
-from grader.session import StudentRaised, SubmissionError
+from grader.session import StudentRaised, SubmissionError, error_cause
 
 
 class CheckFailure(AssertionError):
@@ -62,14 +65,24 @@ def _plain(x: Any) -> Any:
     return x
 
 
-def _kind(x: Any) -> str:
-    if isinstance(x, (np.ndarray, np.generic)):
-        return "array"
-    if isinstance(x, bool):
-        return "bool"
-    if isinstance(x, (int, float, complex)):
-        return "number"
-    return type(x).__name__
+#: Whether failure messages may quote values the student's code returned.  Off while a hidden
+#: test runs (the grading plugin sets it): a returned value can carry the hidden inputs.
+_QUOTE_ACTUAL: contextvars.ContextVar[bool] = contextvars.ContextVar("jaxgrade_quote_actual", default=True)
+
+
+@contextlib.contextmanager
+def quoting_actual_values(allowed: bool) -> Iterator[None]:
+    """Within the block, messages quote returned values only if ``allowed``."""
+    token = _QUOTE_ACTUAL.set(allowed)
+    try:
+        yield
+    finally:
+        _QUOTE_ACTUAL.reset(token)
+
+
+def _got(value: Any) -> str:
+    """``got <value>`` where returned values may be quoted; else nothing."""
+    return f"got {value!r}, " if _QUOTE_ACTUAL.get() else ""
 
 
 def _describe(x: Any) -> str:
@@ -78,8 +91,8 @@ def _describe(x: Any) -> str:
     if isinstance(x, (list, tuple)):
         return f"a {type(x).__name__} of length {len(x)}"
     if isinstance(x, dict):
-        return f"a dict with keys {sorted(map(str, x))}"
-    return f"{type(x).__name__} {x!r}"[:200]
+        return f"a dict with keys {sorted(map(str, x))}" if _QUOTE_ACTUAL.get() else f"a dict with {len(x)} keys"
+    return f"{type(x).__name__} {x!r}"[:200] if _QUOTE_ACTUAL.get() else f"a {type(x).__name__}"
 
 
 def assert_close(
@@ -104,6 +117,8 @@ def _close(actual: Any, expected: Any, path: str, rtol: float | None, atol: floa
             )
         if set(actual) != set(expected):
             missing, extra = sorted(set(expected) - set(actual)), sorted(set(actual) - set(expected))
+            if not _QUOTE_ACTUAL.get():
+                extra = [f"{len(extra)} other key(s)"] if extra else []
             raise CheckFailure(f"{path}: dict keys differ (missing {missing}, unexpected {extra})")
         for k in expected:
             _close(actual[k], expected[k], f"{path}[{k!r}]", rtol, atol, exact)
@@ -148,7 +163,7 @@ def _close(actual: Any, expected: Any, path: str, rtol: float | None, atol: floa
             idx = tuple(int(i) for i in np.argwhere(bad)[0])
             raise CheckFailure(
                 f"{path}: {int(bad.sum())} of {bad.size} entries differ; first at index {idx}: "
-                f"got {act[idx]!r}, expected {exp[idx]!r}"
+                f"{_got(act[idx])}expected {exp[idx]!r}"
             )
         return
     tol = DEFAULT_TOLERANCE
@@ -171,7 +186,12 @@ def _close(actual: Any, expected: Any, path: str, rtol: float | None, atol: floa
         idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(err_for_max)), act.shape)) if act.shape else ()
         raise CheckFailure(
             f"{path}: {int(bad.sum())} of {bad.size} values differ (rtol={r:g}, atol={a:.3g}); "
-            f"largest error {float(np.real(err_for_max[idx])):.4g} at index {idx}: got {act[idx]!r}, expected {exp[idx]!r}"
+            + (
+                f"largest error {float(np.real(err_for_max[idx])):.4g} at index {idx}: "
+                if _QUOTE_ACTUAL.get()
+                else f"at index {idx}: "
+            )
+            + f"{_got(act[idx])}expected {exp[idx]!r}"
         )
 
 
@@ -188,28 +208,91 @@ def _shape_hint(got: tuple[int, ...], want: tuple[int, ...]) -> str:
 # --------------------------------------------------------------------------- transformations
 
 
-def _agrees(
-    submission: Any,
-    name: str,
+def _compare(
     got: Any,
     args: tuple[Any, ...],
+    *,
     expected: Any,
     reference: Any,
+    accept: Callable[..., None] | None,
+    static: dict[str, Any] | None,
     label: str,
-    static: dict[str, Any] | None = None,
 ) -> None:
-    """``got`` equals ``expected`` when given; else the reference's result, or failing that the
-    student's own eager result on the same inputs."""
+    """``got`` (a module's output, evaluated away from student code) against a trusted value:
+    ``expected``, else ``reference(*args)``, else the trusted property check ``accept(got, *args)``.
+    Never against the student's own eager result: the kernel decides what that is."""
     if expected is not None:
         assert_close(got, expected, name=label)
-        return
-    if reference is not None:
-        try:
-            assert_close(got, reference(*args, **(static or {})), name=label)
-            return
-        except CheckFailure:
-            pass  # maybe wrong numbers, consistently: compare with the eager result
-    assert_close(got, submission.call(name, *args, **(static or {})).value, name=label)
+    elif reference is not None:
+        assert_close(got, reference(*args, **(static or {})), name=label)
+    elif accept is not None:
+        accept(got, *args)
+
+
+def _wrong_numbers(
+    submission: Any,
+    name: str,
+    args: tuple[Any, ...],
+    static: dict[str, Any] | None,
+    exc: CheckFailure,
+    how: str,
+    trusted: Callable[[Any], None],
+) -> CheckFailure:
+    """The failure for a module whose numbers are wrong.  The verdict is already decided by a
+    trusted comparison; the student's eager result only chooses which explanation to give."""
+    try:
+        trusted(submission.call(name, *args, **(static or {})).value)
+        eager_right = True
+    except (SubmissionError, CheckFailure):
+        eager_right = False
+    if eager_right:
+        return CheckFailure(
+            f"{exc.message} — {how} disagrees with the eager one, which is right",
+            "A function that reads or changes global state, or uses Python randomness, gives "
+            "different answers once compiled: keep it pure.",
+        )
+    return CheckFailure(
+        f"{exc.message} — {how} gives wrong numbers, and so does the eager one: this test counts only "
+        "for a function that works, so fix the numbers first (the numerics tests show where they go wrong)",
+        exc.hint,
+    )
+
+
+def _raised(exc: StudentRaised, what: str) -> tuple[str, str]:
+    """(message, hint) for a function that raised where ``what`` needed it to work: the error's
+    class, the student's line, the lines of the error that carry its cause, and the hint chosen
+    by that error."""
+    loc = exc.location.describe() if exc.location else ""
+    cause = error_cause(exc.evalue)
+    return (
+        f"{what}: {exc.ename}{' at ' + loc if loc else ''}" + (f": {cause}" if cause else ""),
+        exc.hint or hint_for(exc.ename, exc.evalue, exc.location),
+    )
+
+
+#: Errors a Python loop (or ``range``/``int``/``len``) over a symbolic batch size raises.
+_LOOP_OVER_BATCH = (
+    "'_DimExpr' object cannot be interpreted as an integer",
+    "InconclusiveDimensionOperation",
+    "symbolic dimension",
+    "cannot be interpreted as an integer",
+)
+
+
+def _batch_trace_failure(name: str, exc: StudentRaised) -> CheckFailure:
+    """Why ``name`` could not be traced for a symbolic batch size, with the hint its error calls
+    for: a loop over the batch is a vectorization failure; any other error is named as it is."""
+    text = f"{exc.ename}: {exc.evalue}"
+    if exc.ename == "InconclusiveDimensionOperation" or any(m in text for m in _LOOP_OVER_BATCH):
+        loc = exc.location.describe() if exc.location else ""
+        return CheckFailure(
+            f"`{name}` is not vectorized over the batch: it cannot be traced for a symbolic batch size "
+            f"({exc.ename}{' at ' + loc if loc else ''}: it counts or loops over the batch in Python)",
+            "Do not loop in Python over the batch: use `jax.vmap`, or array operations on the whole "
+            "batch at once (slicing, broadcasting, `jnp.einsum`).",
+        )
+    message, hint = _raised(exc, f"`{name}` could not be traced for a symbolic batch size")
+    return CheckFailure(message, hint)
 
 
 def check_jit(
@@ -220,31 +303,30 @@ def check_jit(
     static: dict[str, Any] | None = None,
     expected: Any = None,
     reference: Any = None,
+    accept: Callable[..., None] | None = None,
 ) -> None:
-    """``name`` traces under ``jax.jit`` for the shapes of ``args`` (arrays, numbers or pytrees of
-    them), and the compiled function
-    (run in the evaluator, away from student code) agrees with ``expected``, or else with
-    ``reference(*args)`` or the student's own eager result (so wrong numbers are not counted
-    twice: they belong to the numerics tests)."""
+    """``name`` traces under ``jax.jit`` from the shapes and dtypes of ``args`` (arrays, numbers
+    or pytrees of them; no value reaches the sandbox), and the compiled module, run in the
+    evaluator on ``args``, gives ``expected``, else ``reference(*args)``, else passes
+    ``accept(result, *args)``.  Like every property test, it counts only for a function that
+    works: wrong numbers fail it too (see "Crashes and wrong numbers" in the README)."""
     args = tuple(args)
     try:
         exp = submission.export(name, static=static, example=args)
     except StudentRaised as exc:
-        raise CheckFailure(
-            f"`{name}` does not work under jax.jit: {exc.ename}"
-            + (f" at {exc.location.describe()}" if exc.location and exc.location.describe() else "")
-            + f": {_first(exc.evalue)}",
-            exc.hint or hint_for(exc.ename, exc.evalue, exc.location),
-        ) from None
+        message, hint = _raised(exc, f"`{name}` does not work under jax.jit")
+        raise CheckFailure(message, hint) from None
     got, _ = submission.evaluate(name, exp.module, *args)
+
+    def trusted(value: Any) -> None:
+        _compare(
+            value, args, expected=expected, reference=reference, accept=accept, static=static, label=f"jax.jit({name})"
+        )
+
     try:
-        _agrees(submission, name, got, args, expected, reference, f"jax.jit({name})", static)
+        trusted(got)
     except CheckFailure as exc:
-        raise CheckFailure(
-            exc.message + " — the compiled function disagrees with the eager one",
-            "A function that reads or changes global state, or uses Python randomness, gives "
-            "different answers once compiled: keep it pure.",
-        ) from None
+        raise _wrong_numbers(submission, name, args, static, exc, "the compiled function", trusted) from None
 
 
 def check_vectorized(
@@ -258,27 +340,29 @@ def check_vectorized(
 ) -> None:
     """``name`` traces with a symbolic batch size (so no Python loop runs over the batch), and
     the one compiled module gives, for every batch size in ``cases``, the expected result (or
-    the reference's, or the student's own eager result: see :func:`check_jit`).  The module must
+    the reference's).  Wrong numbers fail it too, as in :func:`check_jit`.  The module must
     also have no loop whose length is the batch size (``batch_loops`` of the evaluator's
     analysis): ``lax.map``/``lax.scan``/``fori_loop`` over the batch trace with a symbolic batch
     but run one example after another."""
     try:
         exp = submission.export(name, specs)
     except StudentRaised as exc:
-        loc = exc.location.describe() if exc.location else ""
-        raise CheckFailure(
-            f"`{name}` is not vectorized over the batch: it cannot be traced for a symbolic batch size "
-            f"({exc.ename}{' at ' + loc if loc else ''}: {_first(exc.evalue)})",
-            "Do not loop in Python over the batch: use `jax.vmap`, or array operations on the whole "
-            "batch at once (slicing, broadcasting, `jnp.einsum`).",
-        ) from None
+        raise _batch_trace_failure(name, exc) from None
     analysis: dict[str, Any] = {}
     for i, case in enumerate(cases):
         got, info = submission.evaluate(name, exp.module, *case)
         analysis = analysis or info.get("analysis", {})
         shapes = ", ".join(str(np.shape(a)) for a in case)
         want = expected[i] if expected is not None else None
-        _agrees(submission, name, got, tuple(case), want, reference, f"{name}({shapes}) traced with a symbolic batch")
+        label = f"{name}({shapes}) traced with a symbolic batch"
+
+        def trusted(value: Any, case: tuple[Any, ...] = tuple(case), want: Any = want, label: str = label) -> None:
+            _compare(value, case, expected=want, reference=reference, accept=None, static=None, label=label)
+
+        try:
+            trusted(got)
+        except CheckFailure as exc:
+            raise _wrong_numbers(submission, name, tuple(case), None, exc, "the traced function", trusted) from None
     _no_batch_loops(name, analysis)
 
 
@@ -306,18 +390,51 @@ def _no_batch_loops(name: str, analysis: dict[str, Any]) -> None:
         )
 
 
-def check_pure(submission: Any, name: str, args: tuple[Any, ...] | list[Any], *, readonly: bool = False) -> None:
-    """Repeated calls agree exactly, NumPy inputs are not modified, and the compiled function
-    has no host callbacks (``jax.debug.print``/``callback``)."""
+def check_pure(
+    submission: Any,
+    name: str,
+    args: tuple[Any, ...] | list[Any],
+    *,
+    readonly: bool = True,
+    reference: Any = None,
+) -> None:
+    """Repeated calls agree exactly (and, given a ``reference``, each equals its result, which a
+    function with hidden state cannot fake without being right every time), NumPy inputs are not
+    modified, and the compiled function has no host callbacks (``jax.debug.print``/``callback``).
+
+    With ``readonly`` (the default) the sandbox hands the function NumPy arrays that the operating
+    system maps read-only: a write into them raises, and no flag makes them writable again. With
+    ``readonly=False`` the arrays are writable, and whether they changed is what the sandbox
+    reports (see SECURITY.md: that observation is the student's kernel's)."""
     args = tuple(args)
-    res = submission.call(name, *args, repeat=2, readonly=readonly)
+    try:
+        res = submission.call(name, *args, repeat=2, readonly=readonly)
+    except StudentRaised as exc:
+        if readonly and ("read-only" in exc.evalue or "WRITEABLE" in exc.evalue):
+            message, _ = _raised(exc, f"`{name}` writes into its input arguments (they were read-only)")
+            raise CheckFailure(message, _PURE_INPUTS_HINT) from None
+        raise
+    if reference is not None:
+        want = reference(*args)
+        for i, value in enumerate(res.values):
+            try:
+                assert_close(value, want, name=f"call {i + 1} of {name}")
+            except CheckFailure as exc:
+                raise CheckFailure(
+                    f"{exc.message} — purity counts only for a function that works: "
+                    + (
+                        "the first call is already wrong (see the numerics tests)"
+                        if i == 0
+                        else "the first call was right, the second, with the same inputs, is not"
+                    ),
+                    "The function depends on hidden state (a global counter, a list it appends to, "
+                    "Python/NumPy randomness): make the output depend only on the arguments."
+                    if i
+                    else exc.hint,
+                ) from None
     if res.mutated:
         which = ", ".join(f"#{i + 1}" for i in res.mutated)
-        raise CheckFailure(
-            f"`{name}` modified its input argument {which} in place",
-            "JAX functions must be pure: build a new array (`x.at[i].set(v)`, `jnp.where`) instead of "
-            "assigning into the input.",
-        )
+        raise CheckFailure(f"`{name}` modified its input argument {which} in place", _PURE_INPUTS_HINT)
     try:
         assert_close(res.values[1], res.values[0], name=f"second call of {name}", exact=True)
     except CheckFailure as exc:
@@ -338,6 +455,11 @@ def check_pure(submission: Any, name: str, args: tuple[Any, ...] | list[Any], *,
         pass  # tracing problems belong to the jit category
 
 
+_PURE_INPUTS_HINT = (
+    "JAX functions must be pure: build a new array (`x.at[i].set(v)`, `jnp.where`) instead of assigning into the input."
+)
+
+
 def check_is_jitted(
     submission: Any,
     name: str,
@@ -356,12 +478,8 @@ def check_is_jitted(
     try:
         exp = submission.export(name, static=static, example=args)
     except StudentRaised as exc:
-        raise CheckFailure(
-            f"`{name}` does not work under jax.jit: {exc.ename}"
-            + (f" at {exc.location.describe()}" if exc.location and exc.location.describe() else "")
-            + f": {_first(exc.evalue)}",
-            exc.hint or hint_for(exc.ename, exc.evalue, exc.location),
-        ) from None
+        message, hint = _raised(exc, f"`{name}` does not work under jax.jit")
+        raise CheckFailure(message, hint) from None
     got, info = submission.evaluate(name, exp.module, *args)
     want = expected if expected is not None else (reference(*args, **(static or {})) if reference else None)
     if want is not None:
@@ -375,19 +493,27 @@ def check_is_jitted(
 
 
 def check_no_vmap(submission: Any, name: str, args: tuple[Any, ...] | list[Any]) -> None:
-    """``name`` neither calls ``jax.vmap`` when run nor mentions ``vmap`` in its source."""
-    res = submission.call(name, *tuple(args))
-    if res.vmap_used or mentions(submission.sources(name), "vmap"):
+    """``name`` is vectorized without ``jax.vmap``, judged on the trusted side: the module
+    exported for the shapes of ``args`` has no operation traced under ``vmap`` (JAX's name stack
+    in its locations), and neither its source nor any notebook definition it names mentions
+    ``vmap``.  A student who forges this must hand over a module without ``vmap`` in it."""
+    args = tuple(args)
+    reachable = getattr(submission, "reachable_sources", submission.sources)(name)
+    vmapped = mentions(reachable, "vmap")
+    if not vmapped:
+        try:
+            exp = submission.export(name, example=args)
+        except StudentRaised as exc:
+            message, hint = _raised(exc, f"`{name}` could not be compiled to check how it is vectorized")
+            raise CheckFailure(message, hint) from None
+        _, info = submission.evaluate(name, exp.module, *args)
+        vmapped = _module_fact(name, info.get("analysis", {}), "vmapped")
+    if vmapped:
         raise CheckFailure(
             f"`{name}` uses jax.vmap; this one must be vectorized by hand",
             "Write it with array operations over the batch axis: slice all rows at once "
             "(`xs[:, i:i+k]`), broadcast, or use `jnp.einsum`.",
         )
-
-
-def _first(text: str) -> str:
-    lines = [ln for ln in str(text).splitlines() if ln.strip()]
-    return (lines[0] if lines else "")[:300]
 
 
 # --------------------------------------------------------------------------- retracing and compiles
@@ -414,21 +540,39 @@ def _describe_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     return "(" + ", ".join(parts) + ")"
 
 
-def check_traces_once(submission: Any, name: str, calls: list[Any], *, static: tuple[str, ...] = ()) -> None:
-    """Under one ``jax.jit``, calls with arguments of one shape and dtype trace ``name`` once.
+def check_traces_once(
+    submission: Any, name: str, calls: list[Any], *, static: tuple[str, ...] = (), reference: Any = None
+) -> None:
+    """One trace serves every call: ``name`` is exported once under ``jax.jit`` from the shapes
+    and dtypes of the first call (``static`` keyword arguments fixed), and that one module, run
+    in the evaluator, gives the reference's result for every call.  A function whose Python code
+    depends on a value cannot be traced abstractly, or bakes one value in and is wrong for the
+    others.  ``calls`` are argument tuples (or ``(args, kwargs)`` pairs) of one shape and dtype."""
+    plan = _calls(calls)
+    args0, kwargs0 = plan[0]
+    statics = {k: v for k, v in kwargs0.items() if k in static}
+    try:
+        exp = submission.export(name, static=statics or None, example=args0)
+    except StudentRaised as exc:
+        message, hint = _raised(exc, f"under one jax.jit, `{name}` cannot be traced once for every value")
+        raise CheckFailure(message, hint or _ONE_TRACE_HINT) from None
+    for i, (args, kwargs) in enumerate(plan):
+        got, _ = submission.evaluate(name, exp.module, *args)
+        if reference is None:
+            continue
+        try:
+            assert_close(got, reference(*args, **kwargs), name=f"call {i + 1}, `{name}{_describe_call(args, kwargs)}`")
+        except CheckFailure as exc:
+            raise CheckFailure(
+                f"traced once and called with another value of the same shape: {exc.message}", _ONE_TRACE_HINT
+            ) from None
 
-    ``calls`` are argument tuples (or ``(args, kwargs)`` pairs); the count is measured in the
-    sandbox with a counting wrapper and returned as data."""
-    res = submission.count(name, _calls(calls), "traces", static)
-    total = sum(res.counts)
-    if total > 1:
-        raise CheckFailure(
-            f"under one jax.jit, `{name}` was traced {total} times for {len(calls)} calls whose arguments "
-            "differ only in value (same shapes and dtypes); it should be traced once",
-            "Each trace means the function's Python code depends on a value, not only on its shape: "
-            "a Python `if`/`while` on the value, `float(x)`/`int(x)`, or a value passed as a static "
-            "argument. Use `jnp.where`/`lax.cond`/`lax.fori_loop` so one trace serves every value.",
-        )
+
+_ONE_TRACE_HINT = (
+    "Each trace means the function's Python code depends on a value, not only on its shape: "
+    "a Python `if`/`while` on the value, `float(x)`/`int(x)`, or a value passed as a static "
+    "argument. Use `jnp.where`/`lax.cond`/`lax.fori_loop` so one trace serves every value."
+)
 
 
 def check_recompiles(
@@ -436,34 +580,67 @@ def check_recompiles(
     name: str,
     calls: list[Any],
     expect: list[bool | None],
+    *,
+    reference: Any = None,
 ) -> None:
-    """Per call, whether ``name`` must compile (True), must not (False) or may (None).
-
-    Compilations are XLA compilations counted in the sandbox from JAX's monitoring events."""
+    """Per call, whether ``name`` must compile again (True), must not (False) or may (None),
+    judged from exported modules on the trusted side: the keyword arguments of each call are the
+    static ones.  Calls with the same static values must be served by one module exported from
+    abstract shapes (no recompilation for new values of traced arguments); a call that must
+    compile again needs ``name`` to be itself a ``jax.jit`` that keeps those arguments static
+    (so each new static value is a new program).  Every call's result must equal the reference's."""
     plan = _calls(calls)
     if len(expect) != len(plan):
         raise ValueError("expect needs one entry per call")
-    res = submission.count(name, plan, "compiles")
-    for i, (n, want) in enumerate(zip(res.counts, expect, strict=True)):
-        args, kwargs = plan[i]
+    modules: dict[str, Any] = {}
+    for i, ((args, kwargs), want) in enumerate(zip(plan, expect, strict=True)):
         call = f"{name}{_describe_call(args, kwargs)}"
-        if want is True and n == 0:
+        key = repr(sorted(kwargs.items()))
+        if key not in modules:
+            try:
+                modules[key] = submission.export(name, static=dict(kwargs) or None, example=args)
+            except StudentRaised as exc:
+                message, hint = _raised(
+                    exc, f"call {i + 1}, `{call}`, cannot be compiled with only {sorted(kwargs)} static"
+                )
+                raise CheckFailure(
+                    message,
+                    hint
+                    or "Mark only the arguments that change the program as static; arrays should be traced, "
+                    "so new values reuse the compiled code.",
+                ) from None
+        got, info = submission.evaluate(name, modules[key].module, *args)
+        if want is True and not _module_fact(name, info.get("analysis", {}), "whole_call"):
             raise CheckFailure(
-                f"call {i + 1}, `{call}`, did not compile again although its static argument changed",
+                f"call {i + 1}, `{call}`: `{name}` is not itself a jax.jit-compiled function, so a new value "
+                f"of {', '.join(sorted(kwargs))} does not make a new compiled program",
                 "An argument that changes the program (a loop count, a shape) must be static: "
                 "`jax.jit(g, static_argnames='n')`, so each new value gets its own compilation.",
             )
-        if want is False and n > 0:
-            raise CheckFailure(
-                f"call {i + 1}, `{call}`, compiled again ({n} compilation{'s' if n > 1 else ''}) although "
-                "only the values of traced arguments changed",
-                "Mark only the arguments that change the program as static; arrays should be traced, "
-                "so new values reuse the compiled code.",
-            )
+        if reference is not None:
+            try:
+                assert_close(got, reference(*args, **kwargs), name=f"call {i + 1}, `{call}`")
+            except CheckFailure as exc:
+                raise CheckFailure(
+                    f"{exc.message} — compiled with {', '.join(sorted(kwargs)) or 'no argument'} static, "
+                    "the function gives wrong numbers",
+                    "Mark only the arguments that change the program as static; arrays should be traced, "
+                    "so new values reuse the compiled code.",
+                ) from None
 
 
 def check_compile_count(submission: Any, name: str, calls: list[Any], *, at_most: int) -> None:
-    """All of ``calls`` together cause at most ``at_most`` XLA compilations."""
+    """All of ``calls`` together cause at most ``at_most`` XLA compilations, and the function's
+    source (read on the trusted side) makes no ``jax.jit(lambda ...)``/``jax.jit(partial(...))``
+    inside a loop.  The count is the sandbox's (JAX's compile events in the student's kernel), so
+    it can be forged (SECURITY.md); the source check cannot, but can be written around."""
+    fresh = fresh_jit_in_loop(submission.sources(name))
+    if fresh:
+        raise CheckFailure(
+            f"`{name}` makes a new jitted function inside its loop (`{fresh[:120]}`): every iteration compiles again",
+            "Create each jitted function once, outside the loop: `jax.jit(lambda ...)` or "
+            "`jax.jit(partial(...))` inside a loop makes a new function, and a new compilation, every time.",
+        )
     plan = _calls(calls)
     res = submission.count(name, plan, "compiles")
     total = sum(res.counts)
@@ -499,12 +676,8 @@ def check_parallel(
     try:
         exp = submission.export(name, example=args)
     except StudentRaised as exc:
-        raise CheckFailure(
-            f"`{name}` could not be compiled for {devices} devices: {exc.ename}"
-            + (f" at {exc.location.describe()}" if exc.location and exc.location.describe() else "")
-            + f": {_first(exc.evalue)}",
-            exc.hint or hint_for(exc.ename, exc.evalue, exc.location),
-        ) from None
+        message, hint = _raised(exc, f"`{name}` could not be compiled for {devices} devices")
+        raise CheckFailure(message, hint) from None
     got, info = submission.evaluate(name, exp.module, *args)
     want = expected if expected is not None else (reference(*args) if reference else None)
     if want is not None:

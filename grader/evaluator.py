@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from typing import Any
@@ -273,7 +274,9 @@ def analyze_module(exp: Any) -> dict[str, Any]:
       (the function exported was itself jitted);
     - ``collectives``: collective operations present (``all_reduce``...);
     - ``per_device``: the computation is split into per-device programs (``sdy.manual_computation``,
-      or the GSPMD ``SPMDFullToShardShape`` custom call: ``pmap``/``shard_map``)."""
+      or the GSPMD ``SPMDFullToShardShape`` custom call: ``pmap``/``shard_map``);
+    - ``vmapped``: some operation was traced under ``jax.vmap`` (JAX's name stack, kept in the
+      module's locations, says ``vmap(...)``)."""
     from jax._src.interpreters import mlir
     from jax._src.lib.mlir import ir
 
@@ -308,7 +311,12 @@ def analyze_module(exp: Any) -> dict[str, Any]:
         "whole_call": whole,
         "collectives": sorted(collectives),
         "per_device": per_device,
+        "vmapped": _VMAP_IN_NAME_STACK.search(text) is not None,
     }
+
+
+#: A location whose name stack passes through ``jax.vmap``: ``loc("jit(f)/vmap(conv)/dot_general"``.
+_VMAP_IN_NAME_STACK = re.compile(r'loc\("[^"]*\bvmap\(')
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,6 +22,7 @@ from grader import __version__
 from grader.notebook import NotebookError, load_notebook
 from grader.record import Record, total
 from grader.sandbox import choose_isolation
+from grader.submission import Submission
 
 if TYPE_CHECKING:
     from grader.config import Assignment
@@ -70,6 +71,7 @@ def run_tests(
         reference=load_reference(assignment) if assignment.solution.is_file() else None,
         seed=assignment.seed if seed is None else seed,
         visibility_of=visibility,
+        student_text=submission.take_student_text if isinstance(submission, Submission) else None,
     )
     args = [
         *(str(p) for p in paths if p.exists()),
@@ -117,7 +119,6 @@ def grade_notebook(
 ) -> Record:
     """Grade one notebook; never raises for anything the student did."""
     from grader.session import Session
-    from grader.submission import Submission
 
     path = Path(path)
     _check_trusted_devices(assignment)

@@ -80,6 +80,14 @@ HINTS: tuple[Hint, ...] = (
         match="'_DimExpr' object cannot be interpreted as an integer",
     ),
     Hint(
+        "ValueError",
+        "`jax.vmap` maps arguments whose mapped axes have different sizes: `in_axes` says which "
+        "axis of each argument is the batch, and every mapped axis must have the batch's size.",
+        "Check `in_axes`: `None` for an argument every row shares (`in_axes=(0, None)`), and the "
+        "batch's axis for the others (`in_axes=(1, 1)` for a batch along axis 1).",
+        match="vmap got inconsistent sizes",
+    ),
+    Hint(
         "NotImplementedError",
         "The function calls back into Python from compiled code (`jax.debug.print`, "
         "`jax.debug.callback`, `pure_callback`), which a pure function does not need.",

@@ -86,6 +86,41 @@ def _to_key_if_needed(value: Any) -> Any:
     return value
 
 
+def _os_read_only(value: Any) -> Any:
+    """``value`` with every ndarray (at any depth) replaced by a copy the operating system maps
+    read-only: a write raises ``ValueError: assignment destination is read-only``, the writeable
+    flag cannot be set back (the buffer is read-only), and the pages cannot be made writable
+    (``mprotect``): the mapping is of a file opened read-only and already unlinked."""
+    import mmap
+
+    import numpy as np
+
+    if isinstance(value, (list, tuple)):
+        return type(value)(_os_read_only(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _os_read_only(v) for k, v in value.items()}
+    if not isinstance(value, np.ndarray):
+        return value
+    data = np.ascontiguousarray(value).tobytes()
+    if not data:
+        frozen = value.copy()
+        frozen.flags.writeable = False
+        return frozen
+    path = os.path.join(os.getcwd(), ".jaxgrade", f"ro-{os.getpid()}-{time.monotonic_ns()}")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        buf = mmap.mmap(fd, len(data), access=mmap.ACCESS_READ)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return np.frombuffer(buf, dtype=value.dtype).reshape(value.shape)
+
+
 def _snapshot(args: Any) -> list[Any]:
     import numpy as np
 
@@ -105,51 +140,6 @@ def _mutated(args: Any, snaps: list[Any]) -> list[int]:
     return changed
 
 
-class _VmapWatch:
-    """Notices a vmap (a batching trace) while the student's function runs."""
-
-    def __init__(self) -> None:
-        self.used = False
-        self._orig = None
-
-    def __enter__(self) -> _VmapWatch:
-        try:
-            from jax._src.interpreters import batching
-
-            cls = batching.BatchTrace
-            orig = cls.__init__
-            watch = self
-
-            def patched(obj: Any, *a: Any, **k: Any) -> None:
-                watch.used = True
-                orig(obj, *a, **k)
-
-            cls.__init__ = patched
-            self._orig = (cls, orig)
-        except Exception:
-            self._orig = None
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._orig is not None:
-            cls, orig = self._orig
-            cls.__init__ = orig
-
-
-def _devices_of(value: Any) -> int:
-    """How many devices the result's arrays are laid out across (the most over its leaves)."""
-    try:
-        import jax
-
-        most = 0
-        for leaf in jax.tree_util.tree_leaves(value):
-            if isinstance(leaf, jax.Array):
-                most = max(most, len(leaf.sharding.device_set))
-        return most
-    except Exception:
-        return 0
-
-
 def _op_probe(req: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     ns = _ns()
     info = {}
@@ -162,7 +152,6 @@ def _op_probe(req: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, An
             "exists": True,
             "callable": callable(obj),
             "type": f"{type(obj).__module__}.{type(obj).__qualname__}"[:200],
-            "jitted": bool(callable(obj) and hasattr(obj, "lower") and hasattr(obj, "trace")),
         }
     return {"ok": True, "info": info}, {}
 
@@ -172,27 +161,15 @@ def _op_call(req: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, Any
     args = list(values.get("args", ()))
     kwargs = dict(values.get("kwargs", {}))
     if req.get("readonly"):
-        import numpy as np
-
-        def freeze(value: Any) -> None:  # every ndarray in the arguments, at any depth
-            if isinstance(value, np.ndarray):
-                value.flags.writeable = False
-            elif isinstance(value, (list, tuple)):
-                for v in value:
-                    freeze(v)
-            elif isinstance(value, dict):
-                for v in value.values():
-                    freeze(v)
-
-        freeze(args)
-        freeze(kwargs)
+        args = [_os_read_only(a) for a in args]
+        kwargs = {k: _os_read_only(v) for k, v in kwargs.items()}
     args = [_to_key_if_needed(a) for a in args]
     kwargs = {k: _to_key_if_needed(v) for k, v in kwargs.items()}
     repeat = max(1, min(int(req.get("repeat", 1)), 8))
     results = []
     snaps = _snapshot(args)
     elapsed = []
-    with _key_reuse(bool(req.get("key_reuse"))), _VmapWatch() as watch:
+    with _key_reuse(bool(req.get("key_reuse"))):
         for _ in range(repeat):
             t0 = time.perf_counter()
             out = fn(*args, **kwargs)
@@ -207,14 +184,32 @@ def _op_call(req: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, Any
     head = {
         "ok": True,
         "mutated": _mutated(args, snaps),
-        "vmap_used": watch.used,
         "elapsed": elapsed,
-        "devices": _devices_of(results[0]),
     }
     return head, {f"result{i}": r for i, r in enumerate(results)}
 
 
+def _abstract_arg(spec: Any) -> Any:
+    """A :class:`protocol.ShapeSpec` pytree as ``jax.ShapeDtypeStruct`` leaves (no values)."""
+    import jax
+    import numpy as np
+
+    def one(leaf: Any) -> Any:
+        if not isinstance(leaf, protocol.ShapeSpec):
+            raise ValueError("an export argument must be a shape specification")
+        if leaf.impl:  # a typed key: its abstract value, from key data that never leaves here
+            return jax.eval_shape(
+                lambda: jax.random.wrap_key_data(np.zeros((*leaf.shape, 2), np.uint32), impl=leaf.impl)
+            )
+        return jax.ShapeDtypeStruct(leaf.shape, jax.dtypes.canonicalize_dtype(np.dtype(leaf.dtype)))
+
+    return jax.tree_util.tree_map(one, spec, is_leaf=lambda x: isinstance(x, protocol.ShapeSpec))
+
+
 def _op_export(req: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Export ``name`` under our own ``jax.jit`` from abstract arguments only: the trusted side
+    sends shapes and dtypes (``example``, any pytrees) or shape strings with symbolic dimensions
+    (``specs``), never values."""
     import jax
     import numpy as np
     from jax import export
@@ -222,12 +217,7 @@ def _op_export(req: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, A
     fn = _lookup(req["name"])
     specs: list[Any] = []
     if "example" in values:
-        # concrete shapes taken from example arguments, whatever their pytree structure
-        def spec(leaf: Any) -> Any:
-            arr = np.asarray(leaf)
-            return jax.ShapeDtypeStruct(arr.shape, jax.dtypes.canonicalize_dtype(arr.dtype))
-
-        specs = [jax.tree_util.tree_map(spec, a) for a in _to_key_if_needed(values["example"])]
+        specs = [_abstract_arg(a) for a in values["example"]]
     else:
         scope = export.SymbolicScope()
         for shape, dtype in req["specs"]:
@@ -237,13 +227,12 @@ def _op_export(req: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, A
     # always our own jit around it: exporting a student's jit directly would hand its static
     # arguments the abstract specs, and the error would not be about what the student did
     target = jax.jit(fn, static_argnames=tuple(static) or None)
-    with _VmapWatch() as watch:
-        if static:
-            exp = export.export(target)(*specs, **static)
-        else:
-            exp = export.export(target)(*specs)
+    if static:
+        exp = export.export(target)(*specs, **static)
+    else:
+        exp = export.export(target)(*specs)
     blob = exp.serialize(vjp_order=max(0, min(int(req.get("vjp_order", 0)), 2)))
-    return {"ok": True, "vmap_used": watch.used}, {"module": np.frombuffer(bytes(blob), dtype=np.uint8)}
+    return {"ok": True}, {"module": np.frombuffer(bytes(blob), dtype=np.uint8)}
 
 
 def _key_reuse(on: bool) -> Any:

@@ -125,6 +125,27 @@ def definition_sources(cells: list[str], name: str) -> list[str]:
     return found
 
 
+def reachable_sources(cells: list[str], name: str) -> list[str]:
+    """The sources of ``name``'s top-level definitions and of every top-level definition they name,
+    transitively: what ``name`` can run without reaching outside the notebook's own code."""
+    seen: set[str] = set()
+    todo = [name]
+    found: list[str] = []
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        for src in definition_sources(cells, current):
+            found.append(src)
+            try:
+                tree = ast.parse(src)
+            except SyntaxError:
+                continue
+            todo.extend(n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id not in seen)
+    return found
+
+
 def mentions(sources: list[str], word: str) -> bool:
     """Whether any of the sources uses ``word`` as a name or attribute (not in comments/strings)."""
     for src in sources:
@@ -140,6 +161,48 @@ def mentions(sources: list[str], word: str) -> bool:
             if isinstance(node, ast.alias) and (node.name.split(".")[-1] == word or node.asname == word):
                 return True
     return False
+
+
+def fresh_jit_in_loop(sources: list[str]) -> str:
+    """The first ``jax.jit(lambda ...)``, ``jax.jit(partial(...))`` or ``jax.jit`` of a function
+    defined in the same body, written inside a ``for``/``while`` loop of the sources (each loop
+    iteration makes a new function, so a new compilation); "" when there is none.  Read from the
+    notebook on the trusted side: it cannot be forged from the kernel, only written differently."""
+    for src in sources:
+        try:
+            tree = ast.parse(src)
+        except SyntaxError:
+            continue
+        for func in ast.walk(tree):
+            if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            local = {n.name for n in ast.walk(func) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))} - {
+                func.name
+            }
+            for loop in ast.walk(func):
+                if not isinstance(loop, (ast.For, ast.While)):
+                    continue
+                for call in ast.walk(loop):
+                    if isinstance(call, ast.Call) and _is_jit(call.func) and call.args:
+                        target = call.args[0]
+                        fresh = isinstance(target, ast.Lambda) or (
+                            isinstance(target, ast.Call) and _called_name(target.func) == "partial"
+                        )
+                        if fresh or (isinstance(target, ast.Name) and target.id in local):
+                            return ast.get_source_segment(src, call) or "jax.jit(...)"
+    return ""
+
+
+def _is_jit(node: ast.expr) -> bool:
+    return _called_name(node) == "jit"
+
+
+def _called_name(node: ast.expr) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return ""
 
 
 def notebook_from_script(source: str, assignment: str | None = None) -> Any:

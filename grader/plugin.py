@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 import zlib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from grader.checks import quoting_actual_values
 from grader.record import CATEGORIES, TestResult
 
 MARKERS = (
@@ -75,6 +77,36 @@ def _failure(excinfo: Any) -> tuple[str, str, str]:
     return "error", f"the test itself failed ({type(exc).__name__}: {str(exc)[:500]}); please tell the course staff", ""
 
 
+#: Shortest piece of the sandbox's text that :func:`scrub` looks for.
+_SCRUB_MIN = 6
+_SCRUBBED = "[…]"
+
+
+def scrub(text: str, said: list[str]) -> str:
+    """``text`` without any piece (of at least a few characters) of what the sandbox said: every
+    line of it, also cut short, wherever a check quoted it."""
+    pieces: set[str] = set()
+    for chunk in said:
+        for line in str(chunk).splitlines() or [str(chunk)]:
+            line = line.strip()
+            if len(line) < _SCRUB_MIN:
+                continue
+            pieces.add(line)
+            # the longest prefix of the line that the text quotes (checks cut lines short)
+            lo, hi = _SCRUB_MIN, len(line)
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if line[:mid] in text:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            if line[:lo] in text:
+                pieces.add(line[:lo])
+    for piece in sorted(pieces, key=len, reverse=True):
+        text = text.replace(piece, _SCRUBBED)
+    return text
+
+
 class GradingPlugin:
     """Registered with ``pytest.main(plugins=[...])`` for one submission."""
 
@@ -85,8 +117,12 @@ class GradingPlugin:
         reference: Any,
         seed: int,
         visibility_of: dict[Path, str],
+        student_text: Callable[[], list[str]] | None = None,
     ) -> None:
+        """``student_text()`` returns (and forgets) the text the sandbox chose since its last
+        call; a hidden test's message and hint are scrubbed of it."""
         self._submission = submission
+        self._take_student_text = student_text
         self._reference = reference
         self._seed = seed
         self._visibility_of = visibility_of
@@ -141,6 +177,12 @@ class GradingPlugin:
 
     # -- outcomes
     @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Any:
+        meta = self._meta.get(item.nodeid)
+        with quoting_actual_values(meta is None or meta.visibility == "visible"):
+            yield
+
+    @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[Any]) -> Any:
         outcome = yield
         report = outcome.get_result()
@@ -149,6 +191,10 @@ class GradingPlugin:
 
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
         self._started[nodeid] = time.monotonic()
+        self._student_text()  # what earlier tests received is theirs
+
+    def _student_text(self) -> list[str]:
+        return self._take_student_text() if self._take_student_text is not None else []
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         meta = self._meta.get(report.nodeid)
@@ -170,6 +216,10 @@ class GradingPlugin:
                 status, message, hint = "failed", "skipped", ""
             else:
                 status, message, hint = getattr(report, "_jaxgrade", ("error", str(report.longrepr)[-1000:], ""))
+            if meta.visibility != "visible":
+                # the student's kernel saw this test's hidden inputs: none of its text may carry them out
+                said = self._student_text()
+                message, hint = scrub(message, said), scrub(hint, said)
             self.results.append(
                 TestResult(
                     name=report.nodeid.split("::", 1)[-1],

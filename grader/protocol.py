@@ -69,6 +69,38 @@ class PRNGKeyData:
     data: np.ndarray
 
 
+@dataclass(frozen=True)
+class ShapeSpec:
+    """An abstract argument: a shape and a dtype, no values.  Exports are traced from these, so
+    no concrete value of a hidden input is reachable in the kernel while it exports.  ``impl``
+    is set for a typed PRNG key (``shape`` is then the key array's shape, without key data)."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    impl: str = ""
+
+
+def abstract(value: Any) -> Any:
+    """``value`` (a pytree of arrays, numbers and typed keys) with every leaf replaced by its
+    :class:`ShapeSpec`; containers and ``None`` are kept."""
+    if value is None or isinstance(value, ShapeSpec):
+        return value
+    if type(value) in (list, tuple):
+        return type(value)(abstract(v) for v in value)
+    if type(value) is dict:
+        return {k: abstract(v) for k, v in value.items()}
+    if isinstance(value, PRNGKeyData):
+        return ShapeSpec(tuple(value.data.shape[:-1]), "key", value.impl)
+    if isinstance(value, (bool, int, float, complex, np.ndarray, np.generic)):
+        arr = np.asarray(value)
+        return ShapeSpec(tuple(int(d) for d in arr.shape), arr.dtype.name)
+    mod = type(value).__module__ or ""
+    if mod.startswith(("jax", "jaxlib")):
+        arr = np.asarray(value)
+        return ShapeSpec(tuple(int(d) for d in arr.shape), arr.dtype.name)
+    raise TypeError(f"cannot describe a {type(value).__qualname__} by shape and dtype")
+
+
 # --------------------------------------------------------------------------- frames
 
 
@@ -174,6 +206,8 @@ class ValueEncoder:
             return {"t": "str", "v": str(obj)}
         if isinstance(obj, PRNGKeyData):
             return {"t": "key", "impl": obj.impl, "i": self._add_array(obj.data)}
+        if isinstance(obj, ShapeSpec):
+            return {"t": "spec", "shape": [int(d) for d in obj.shape], "dtype": obj.dtype, "impl": obj.impl}
         if type(obj) is tuple:
             return {"t": "tuple", "v": [self.encode(v, depth + 1) for v in obj]}
         if type(obj) is list:
@@ -329,6 +363,19 @@ class _Decoder:
             if type(impl) is not str or len(impl) > 100:
                 raise ProtocolError("bad key node")
             return PRNGKeyData(impl, self.array(node))
+        if t == "spec":
+            shape, dtype, impl = node.get("shape"), node.get("dtype"), node.get("impl", "")
+            if (
+                not isinstance(shape, list)
+                or len(shape) > 32
+                or not all(type(d) is int and 0 <= d < 2**31 for d in shape)
+                or type(dtype) is not str
+                or type(impl) is not str
+                or len(dtype) > 40
+                or len(impl) > 100
+            ):
+                raise ProtocolError("bad spec node")
+            return ShapeSpec(tuple(shape), dtype, impl)
         if t in ("list", "tuple"):
             items = node.get("v")
             if not isinstance(items, list):

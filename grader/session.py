@@ -7,6 +7,8 @@ and is treated as data.  Failures attributable to the submission surface as
 
 from __future__ import annotations
 
+import builtins
+import json
 import logging
 import shutil
 import time
@@ -73,7 +75,8 @@ class StudentRaised(SubmissionError):
 
     def __init__(self, name: str, ename: str, evalue: str, location: Location | None, hint: str = "") -> None:
         where = f" at {location.describe()}" if location and location.describe() else ""
-        super().__init__(f"`{name}` raised {ename}{where}: {_first_line(evalue)}", hint)
+        cause = error_cause(evalue)
+        super().__init__(f"`{name}` raised {ename}{where}" + (f": {cause}" if cause else ""), hint)
         self.name, self.ename, self.evalue, self.location = name, ename, evalue, location
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -90,6 +93,37 @@ class SandboxLost(SubmissionError):
 
 class BadValue(SubmissionError):
     """The sandbox sent something that is not acceptable data."""
+
+
+#: Lines of JAX's error messages that say nothing about the cause.
+_BOILERPLATE = (
+    "The stack trace below excludes JAX-internal frames",
+    "For simplicity, JAX has removed its internal frames",
+    "--------------------",
+    "See https://",
+    "see https://",
+    "For more information",
+    "To get the full stack trace",
+)
+
+
+def error_cause(text: str, limit: int = 500) -> str:
+    """The lines of an error message that carry its cause, joined: JAX's messages often end their
+    first line with a colon and give the cause on the next ones ("vmap got inconsistent sizes for
+    array axes to be mapped:" / "* one axis had size 7: axis 0 of argument xs ...")."""
+    out: list[str] = []
+    used = 0
+    for line in str(text).splitlines():
+        line = line.strip()
+        if not line or any(b in line for b in _BOILERPLATE):
+            continue
+        if used + len(line) > limit:
+            if not out:
+                out.append(line[:limit] + "…")
+            break
+        out.append(line)
+        used += len(line) + 1
+    return " ".join(out)
 
 
 def _first_line(text: str, limit: int = 400) -> str:
@@ -144,9 +178,7 @@ class ExecutionReport:
 class CallResult:
     values: list[Any]
     mutated: tuple[int, ...]
-    vmap_used: bool
     elapsed: tuple[float, ...]
-    devices: int = 0  # devices the (first) result is laid out across, as the sandbox saw it
 
     @property
     def value(self) -> Any:
@@ -162,7 +194,6 @@ class CountResult:
 @dataclass(frozen=True)
 class ExportResult:
     module: bytes
-    vmap_used: bool
 
 
 def _location(raw: Any, exec_map: dict[int, int] | None = None) -> Location | None:
@@ -225,6 +256,8 @@ class Session:
         self._evaluator_ready = False
         self.kernel_restarts = 0
         self.timings: dict[str, float] = {}
+        self._student_text: list[str] = []  # text the sandbox chose, since take_student_text()
+        self._cell_lines: list[list[str]] | None = None
 
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> Session:
@@ -383,8 +416,40 @@ class Session:
             self.exec_map = _exec_map(resp["exec_map"])
         return resp, out
 
-    def _raise_for(self, name: str, resp: dict[str, Any], what: str = "call") -> None:
-        from grader.hints import hint_for
+    def take_student_text(self) -> list[str]:
+        """Every piece of text the sandbox chose (error messages, unknown error class names) since
+        the last call: a hidden test's message must not repeat any of it, since a student who
+        controls the kernel could put the hidden inputs there."""
+        out, self._student_text = self._student_text, []
+        return out
+
+    def _trusted_location(self, loc: Location | None) -> Location | None:
+        """``loc`` with the line's text read from the submitted notebook (the kernel's copy of the
+        text is not trusted); the kernel's text is kept only as student text."""
+        if loc is None:
+            return None
+        if self._cell_lines is None:
+            try:
+                cells = json.loads(self.notebook_json).get("cells", [])
+                self._cell_lines = [
+                    (
+                        "".join(c["source"]) if isinstance(c.get("source"), list) else str(c.get("source", ""))
+                    ).splitlines()
+                    if c.get("cell_type") == "code"
+                    else []
+                    for c in cells
+                ]
+            except (ValueError, AttributeError, TypeError, KeyError):
+                self._cell_lines = []
+        lines = self._cell_lines[loc.cell] if loc.cell is not None and 0 <= loc.cell < len(self._cell_lines) else None
+        if lines is not None and loc.lineno is not None and 0 < loc.lineno <= len(lines):
+            return Location(loc.cell, loc.lineno, lines[loc.lineno - 1].strip()[:300])
+        if loc.text:
+            self._student_text.append(loc.text)
+        return loc
+
+    def _raise_for(self, name: str, resp: dict[str, Any], what: str = "call", args: tuple[Any, ...] = ()) -> None:
+        from grader.hints import find_hint, hint_for
 
         if resp.get("ok") is True:
             return
@@ -399,9 +464,17 @@ class Session:
             raise MissingName(name)
         if resp.get("timeout"):
             extra = "" if resp.get("restarted") is None else " (the kernel had to be restarted)"
+            # the worker echoes the limit this request was sent with; anything else: the default
+            ran = resp.get("timeout")
+            if isinstance(ran, bool) or not isinstance(ran, (int, float)) or not 0 < ran < 1e6:
+                ran = self.limits.call_timeout
             raise CallTimedOut(
-                f"`{name}` did not finish within {self.limits.call_timeout:g}s{extra}",
-                "Look for an infinite loop, or a loop whose length depends on a traced value.",
+                f"`{name}` did not finish within {ran:g}s{extra}: it is either too slow for that limit "
+                "or stuck in a loop that never ends",
+                "If it is correct but slow, do the work in fewer, larger calls: draw all the numbers at "
+                "once (e.g. `jax.random.normal(key, (num_samples, *shape))`) or map with `jax.vmap` instead of "
+                "calling JAX once per element in a Python loop. Otherwise look for a loop whose condition "
+                "never becomes false.",
             )
         if resp.get("died"):
             raise SandboxLost(
@@ -409,8 +482,10 @@ class Session:
                 + ("; it was restarted for the remaining tests" if resp.get("restarted") else "")
             )
         if "dead" in resp:
+            self._student_text.append(str(resp["dead"])[:500])
             raise SandboxLost(str(resp["dead"])[:500])
         if "unsendable" in resp:
+            self._student_text.append(str(resp["unsendable"])[:300])
             raise BadValue(
                 f"`{name}` returned something that is not an array or a container of arrays: "
                 + str(resp["unsendable"])[:300],
@@ -420,8 +495,13 @@ class Session:
         if isinstance(err, dict):
             ename = str(err.get("ename", "Exception"))[:200]
             evalue = str(err.get("evalue", ""))[:4000]
-            loc = _location(err.get("location"), self.exec_map)
-            raise StudentRaised(name, ename, evalue, loc, hint_for(ename, evalue, loc, name=name))
+            self._student_text.extend([evalue, *([] if _known_error(ename) else [ename])])
+            loc = self._trusted_location(_location(err.get("location"), self.exec_map))
+            hint = hint_for(ename, evalue, loc, name=name)
+            if args and find_hint(ename, evalue) is None:  # nothing to teach but the location: name the inputs
+                hint = (hint + " " if hint else "") + f"It failed on inputs {_shapes(args)}: check each shape "
+                hint += "against the contract, and what your code does with it."
+            raise StudentRaised(name, ename, evalue, loc, hint)
         raise BadValue(f"the sandbox answered the {what} of `{name}` with a malformed response")
 
     def probe(self, names: list[str]) -> dict[str, dict[str, Any]]:
@@ -450,7 +530,7 @@ class Session:
             readonly=readonly,
             key_reuse=key_reuse,
         )
-        self._raise_for(name, resp)
+        self._raise_for(name, resp, args=args + tuple(kwargs.values()))
         values = [out.get(f"result{i}") for i in range(repeat)]
         if any(f"result{i}" not in out for i in range(repeat)):
             raise BadValue(f"the sandbox did not return every result of `{name}`")
@@ -459,11 +539,9 @@ class Session:
         return CallResult(
             values=values,
             mutated=tuple(i for i in mutated if type(i) is int) if isinstance(mutated, list) else (),
-            vmap_used=resp.get("vmap_used") is True,
             elapsed=tuple(float(e) for e in elapsed if isinstance(e, (int, float)))
             if isinstance(elapsed, list)
             else (),
-            devices=resp["devices"] if type(resp.get("devices")) is int else 0,
         )
 
     def count(
@@ -495,25 +573,25 @@ class Session:
         vjp_order: int = 0,
     ) -> ExportResult:
         """Export ``name`` with ``jax.export``: for ``specs`` (shape strings, possibly symbolic,
-        and dtypes), or for the shapes and dtypes of ``example`` arguments (any pytrees).
-        ``vjp_order``: serialized with that many orders of derivatives, so that the evaluator
-        can differentiate the module (:meth:`evaluate_grad`)."""
+        and dtypes), or for the shapes and dtypes of ``example`` arguments (any pytrees).  Only
+        shapes and dtypes reach the sandbox (:func:`protocol.abstract`), never the example's
+        values.  ``vjp_order=1`` serializes the VJP too, so the evaluator can differentiate it."""
         values: dict[str, Any] = {"static": dict(static or {})}
         if example is not None:
-            values["example"] = list(example)
+            values["example"] = [protocol.abstract(a) for a in example]
         resp, out = self._request(
             "export",
             values,
             self.limits.call_timeout,
             name=name,
             specs=[list(s) for s in specs or []],
-            **({"vjp_order": int(vjp_order)} if vjp_order else {}),
+            vjp_order=int(vjp_order),
         )
         self._raise_for(name, resp, "export")
         module = out.get("module")
         if type(module) is not np.ndarray or module.dtype != np.uint8 or module.ndim != 1:
             raise BadValue(f"the sandbox returned no exported module for `{name}`")
-        return ExportResult(module.tobytes(), resp.get("vmap_used") is True)
+        return ExportResult(module.tobytes())
 
     # ------------------------------------------------------------------ evaluator
     def _spawn_evaluator(self) -> None:
@@ -607,6 +685,47 @@ class Session:
         return out.get("result"), info
 
 
+#: Error classes whose names a hidden test's message may show (any other name is the student's text).
+_KNOWN_ERRORS = frozenset(
+    name
+    for name in dir(builtins)
+    if isinstance(getattr(builtins, name), type) and issubclass(getattr(builtins, name), BaseException)
+) | frozenset(
+    {
+        "TracerBoolConversionError",
+        "TracerIntegerConversionError",
+        "TracerArrayConversionError",
+        "ConcretizationTypeError",
+        "NonConcreteBooleanIndexError",
+        "UnexpectedTracerError",
+        "KeyReuseError",
+        "InconclusiveDimensionOperation",
+        "XlaRuntimeError",
+        "JaxRuntimeError",
+        "CellTimeoutError",
+    }
+)
+
+
+def _known_error(ename: str) -> bool:
+    return ename in _KNOWN_ERRORS
+
+
+def _shapes(args: tuple[Any, ...]) -> str:
+    """``(7, 11) float32, (7, 3) float32``: what a failing call was given (no values)."""
+    parts = []
+    for a in args:
+        if isinstance(a, (np.ndarray, np.generic)):
+            parts.append(f"{tuple(np.shape(a))} {np.asarray(a).dtype}")
+        elif isinstance(a, protocol.PRNGKeyData):
+            parts.append("a PRNG key")
+        elif isinstance(a, (list, tuple, dict)):
+            parts.append(f"a {type(a).__name__} of {len(a)}")
+        else:
+            parts.append(type(a).__name__)
+    return ", ".join(parts)
+
+
 #: The analysis fields and their types; anything else the evaluator sends is dropped.
 ANALYSIS_FIELDS: dict[str, type] = {
     "nr_devices": int,
@@ -616,6 +735,7 @@ ANALYSIS_FIELDS: dict[str, type] = {
     "whole_call": bool,
     "collectives": list,
     "per_device": bool,
+    "vmapped": bool,
     "analysis_error": str,
 }
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from grader.notebook import LoadedNotebook, definition_sources
+from grader.notebook import LoadedNotebook, definition_sources, reachable_sources
 from grader.session import CallResult, CountResult, ExportResult, MissingName, Session
 
 
@@ -62,9 +62,7 @@ class Submission:
         example: tuple[Any, ...] | None = None,
         vjp_order: int = 0,
     ) -> ExportResult:
-        if vjp_order:
-            return self._session.export(name, specs, static, example=example, vjp_order=vjp_order)
-        return self._session.export(name, specs, static, example=example)
+        return self._session.export(name, specs, static, example=example, vjp_order=vjp_order)
 
     def evaluate(self, name: str, module: bytes, *args: Any) -> tuple[Any, dict[str, Any]]:
         return self._session.evaluate(name, module, *args)
@@ -83,6 +81,10 @@ class Submission:
             self._probe_cache.update(self._session.probe([name]))
         return self._probe_cache.get(name, {"exists": False})
 
+    def take_student_text(self) -> list[str]:
+        """Text the sandbox chose since the last call (see :meth:`Session.take_student_text`)."""
+        return self._session.take_student_text()
+
     def require(self, *names: str) -> None:
         """Fail with a message naming the first missing function."""
         for name in names:
@@ -94,3 +96,10 @@ class Submission:
         if self._notebook is None:
             return []
         return definition_sources(self._notebook.code_cells(), name)
+
+    def reachable_sources(self, name: str) -> list[str]:
+        """The notebook's source for ``name`` and for every notebook definition it names,
+        transitively (read on the trusted side)."""
+        if self._notebook is None:
+            return []
+        return reachable_sources(self._notebook.code_cells(), name)

@@ -46,8 +46,10 @@ class Corpus:
         return sorted(n for n, e in self.expected.items() if e["status"] == "graded")
 
 
-def load(assignment: str) -> Corpus:
-    path = ROOT / "tests" / "corpus" / assignment
+def load(assignment: str, path: Path | None = None) -> Corpus:
+    """The corpus of ``assignment``: ``tests/corpus/<assignment>/``, or the notebooks and
+    ``expected.yaml`` in ``path`` (another corpus of the same assignment, e.g. the forgeries)."""
+    path = ROOT / "tests" / "corpus" / assignment if path is None else Path(path)
     expected = yaml.safe_load((path / "expected.yaml").read_text(encoding="utf-8"))
     judged = {key for entry in expected.values() for key in entry}
     return Corpus(assignment, path, expected, tuple(c for c in CATEGORIES if c in judged))

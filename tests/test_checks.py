@@ -16,8 +16,9 @@ from grader.checks import (
     check_parallel,
     check_pure,
     check_vectorized,
+    quoting_actual_values,
 )
-from grader.session import CallResult, ExportResult, Location, MissingName, StudentRaised
+from grader.session import CallResult, ExportResult, Location, MissingName, StudentRaised, error_cause
 
 
 class FakeSubmission:
@@ -52,6 +53,7 @@ class FakeSubmission:
             "whole_call": jitted,
             "collectives": [],
             "per_device": False,
+            "vmapped": vmap_used,
             **(analysis or {}),
         }
 
@@ -62,14 +64,16 @@ class FakeSubmission:
         for _ in range(repeat):
             self.calls += 1
             vals.append(np.asarray(self.funcs[name](*args, **kw)))
-        return CallResult(vals, (0,) if self.mutate else (), self.vmap_used, ())
+        return CallResult(vals, (0,) if self.mutate else (), ())
 
-    def export(self, name: str, specs: Any = None, static: Any = None, *, example: Any = None) -> ExportResult:
+    def export(
+        self, name: str, specs: Any = None, static: Any = None, *, example: Any = None, vjp_order: int = 0
+    ) -> ExportResult:
         if name not in self.funcs:
             raise MissingName(name)
         if self.export_error is not None:
             raise self.export_error
-        return ExportResult(b"module", False)
+        return ExportResult(b"module")
 
     def evaluate(self, name: str, module: bytes, *args: Any) -> tuple[Any, dict[str, Any]]:
         f = self.compiled or self.funcs[name]
@@ -78,7 +82,7 @@ class FakeSubmission:
     def probe(self, name: str) -> dict[str, Any]:
         if name not in self.funcs:
             return {"exists": False}
-        return {"exists": True, "jitted": self.jitted, "type": "builtins.function"}
+        return {"exists": True, "type": "builtins.function"}
 
     def sources(self, name: str) -> list[str]:
         return self._sources.get(name, [])
@@ -152,10 +156,10 @@ ARGS = (np.ones((2, 5), np.float32), np.ones((2, 3), np.float32))
 
 
 def test_check_jit_passes_and_reports_tracing_error_with_hint() -> None:
-    check_jit(FakeSubmission({"f": _conv}), "f", ARGS)
+    check_jit(FakeSubmission({"f": _conv}), "f", ARGS, reference=_conv)
     err = StudentRaised("f", "TracerBoolConversionError", "Attempted boolean conversion", Location(2, 3, "if x > 0:"))
     with pytest.raises(CheckFailure) as e:
-        check_jit(FakeSubmission({"f": _conv}, export_error=err), "f", ARGS)
+        check_jit(FakeSubmission({"f": _conv}, export_error=err), "f", ARGS, reference=_conv)
     assert e.value.message == (
         "`f` does not work under jax.jit: TracerBoolConversionError at cell 3, line 3: `if x > 0:`: "
         "Attempted boolean conversion"
@@ -165,13 +169,37 @@ def test_check_jit_passes_and_reports_tracing_error_with_hint() -> None:
 
 def test_check_jit_compiled_disagrees_with_eager() -> None:
     sub = FakeSubmission({"f": _conv}, compiled=lambda a, b: _conv(a, b) + 1)
-    with pytest.raises(CheckFailure, match="compiled function disagrees with the eager one"):
-        check_jit(sub, "f", ARGS)
+    with pytest.raises(CheckFailure, match="compiled function disagrees with the eager one, which is right"):
+        check_jit(sub, "f", ARGS, reference=_conv)
+
+
+def test_check_jit_never_compares_the_module_with_the_students_own_result() -> None:
+    """The "compared with itself" forgery: a zeros module and zeros for the eager call that
+    follows it agree with each other, and still fail, because only the reference counts."""
+    zeros = lambda a, b: np.zeros((a.shape[0], a.shape[1] - 2), np.float32)  # noqa: E731
+    with pytest.raises(CheckFailure, match="gives wrong numbers, and so does the eager one"):
+        check_jit(FakeSubmission({"f": zeros}), "f", ARGS, reference=_conv)
+    with pytest.raises(CheckFailure):
+        check_vectorized(
+            FakeSubmission({"f": zeros}), "f", [("B, 5", "float32"), ("B, 3", "float32")], [ARGS], reference=_conv
+        )
+
+
+def test_check_jit_accept_judges_a_module_without_a_reference() -> None:
+    def only_zeros(got: Any, a: Any, b: Any) -> None:
+        if np.any(got):
+            raise CheckFailure("not zeros")
+
+    check_jit(FakeSubmission({"f": lambda a, b: a * 0}), "f", ARGS, accept=only_zeros)
+    with pytest.raises(CheckFailure, match="not zeros"):
+        check_jit(FakeSubmission({"f": _conv}), "f", ARGS, accept=only_zeros)
 
 
 def test_check_vectorized() -> None:
     cases = [ARGS, (np.ones((5, 5), np.float32), np.ones((5, 3), np.float32))]
-    check_vectorized(FakeSubmission({"f": _conv}), "f", [("B, 5", "float32"), ("B, 3", "float32")], cases)
+    check_vectorized(
+        FakeSubmission({"f": _conv}), "f", [("B, 5", "float32"), ("B, 3", "float32")], cases, reference=_conv
+    )
     err = StudentRaised(
         "f",
         "TypeError",
@@ -183,6 +211,47 @@ def test_check_vectorized() -> None:
     assert e.value.message.startswith("`f` is not vectorized over the batch")
     assert "line 4: `for b in range(xs.shape[0]):`" in e.value.message
     assert "jax.vmap" in e.value.hint
+
+
+@pytest.mark.parametrize(
+    ("ename", "evalue", "words", "hint_words"),
+    [
+        (
+            "ValueError",
+            "vmap got inconsistent sizes for array axes to be mapped:\n  * one axis had size 7: axis 0 of "
+            "argument xs of type float32[7,11];\n  * one axis had size 3: axis 0 of argument w of type float32[3]",
+            ["could not be traced for a symbolic batch size", "one axis had size 7", "one axis had size 3"],
+            ["in_axes"],
+        ),
+        (
+            "TracerArrayConversionError",
+            "The numpy.ndarray conversion method __array__() was called on traced array with shape float32[B,9]",
+            ["TracerArrayConversionError", "__array__"],
+            ["jax.numpy"],
+        ),
+    ],
+)
+def test_check_vectorized_picks_the_hint_by_the_error(
+    ename: str, evalue: str, words: list[str], hint_words: list[str]
+) -> None:
+    """A trace that fails for another reason than a loop over the batch is named as it is."""
+    err = StudentRaised("f", ename, evalue, Location(1, 2, "return jax.vmap(convolve)(xs, w)"))
+    with pytest.raises(CheckFailure) as e:
+        check_vectorized(FakeSubmission({"f": _conv}, export_error=err), "f", [("B, 5", "float32")], [ARGS])
+    for word in words:
+        assert word in e.value.message
+    for word in hint_words:
+        assert word in e.value.hint
+    assert "Do not loop in Python" not in e.value.hint
+
+
+def test_error_cause_keeps_the_lines_after_a_colon() -> None:
+    text = (
+        "vmap got inconsistent sizes for array axes to be mapped:\n  * one axis had size 7\n\n"
+        "--------------------\nFor simplicity, JAX has removed its internal frames from the traceback."
+    )
+    assert error_cause(text) == "vmap got inconsistent sizes for array axes to be mapped: * one axis had size 7"
+    assert error_cause("x" * 900).endswith("…") and len(error_cause("x" * 900)) == 501
 
 
 def test_check_vectorized_fails_a_loop_over_the_batch() -> None:
@@ -203,15 +272,32 @@ def test_check_vectorized_fails_a_loop_over_the_batch() -> None:
 
 
 def test_check_pure_detects_mutation_and_state() -> None:
-    check_pure(FakeSubmission({"f": _conv}), "f", ARGS)
+    check_pure(FakeSubmission({"f": _conv}), "f", ARGS, reference=_conv)
     with pytest.raises(CheckFailure, match="modified its input argument #1 in place"):
         check_pure(FakeSubmission({"f": _conv}, mutate=True), "f", ARGS)
     counter = iter(range(100))
     with pytest.raises(CheckFailure, match="different result when called again"):
         check_pure(FakeSubmission({"f": lambda a, b: _conv(a, b) + next(counter)}), "f", ARGS)
+    counter = iter(range(100))
+    with pytest.raises(CheckFailure, match="the first call was right, the second, with the same inputs, is not"):
+        check_pure(FakeSubmission({"f": lambda a, b: _conv(a, b) + next(counter)}), "f", ARGS, reference=_conv)
     cb = StudentRaised("f", "NotImplementedError", "serialization of host_callbacks is not yet implemented", None)
     with pytest.raises(CheckFailure, match="calls back into Python"):
         check_pure(FakeSubmission({"f": _conv}, export_error=cb), "f", ARGS)
+
+
+def test_hidden_tests_do_not_quote_returned_values() -> None:
+    """A returned value can carry hidden inputs: while a hidden test runs, messages do not quote it."""
+    exp, act = np.zeros(3, np.float32), np.array([0.0, 0.0, 0.123456], np.float32)
+    with pytest.raises(CheckFailure) as shown:
+        assert_close(act, exp)
+    with quoting_actual_values(False), pytest.raises(CheckFailure) as hidden:
+        assert_close(act, exp)
+    assert "0.123456" in shown.value.message and "0.123456" not in hidden.value.message
+    assert hidden.value.message.endswith("at index (2,): expected np.float32(0.0)")
+    with quoting_actual_values(False), pytest.raises(CheckFailure) as keys:
+        assert_close({"a": 1.0, "secret_0.123456": 2.0}, {"a": 1.0, "b": 2.0})
+    assert "secret" not in keys.value.message and "1 other key(s)" in keys.value.message
 
 
 def test_check_is_jitted_and_missing() -> None:
@@ -252,7 +338,10 @@ def test_check_parallel_judges_the_module() -> None:
         )
 
 
-def test_check_no_vmap_runtime_and_source() -> None:
+def test_check_no_vmap_from_the_module_and_the_notebook_source() -> None:
+    """Decided on the trusted side: the module's name stack (a kernel that hides its vmap from
+    a watch still exports `vmap(...)` locations), and the source of every notebook definition the
+    function reaches (a vmap defined in another cell counts)."""
     check_no_vmap(
         FakeSubmission({"f": _conv}, sources={"f": ["def f(xs, ws):\n    return xs  # no vmap here"]}), "f", ARGS
     )
@@ -260,6 +349,10 @@ def test_check_no_vmap_runtime_and_source() -> None:
         check_no_vmap(FakeSubmission({"f": _conv}, vmap_used=True), "f", ARGS)
     with pytest.raises(CheckFailure, match=r"uses jax\.vmap"):
         check_no_vmap(FakeSubmission({"f": _conv}, sources={"f": ["f = jax.vmap(convolve)"]}), "f", ARGS)
+    sub = FakeSubmission({"f": _conv}, sources={"f": ["def f(xs, ws):\n    return _rows(xs, ws)"]})
+    sub.reachable_sources = lambda name: [*sub.sources(name), "_rows = jax.vmap(convolve)"]  # type: ignore[method-assign]
+    with pytest.raises(CheckFailure, match=r"uses jax\.vmap"):
+        check_no_vmap(sub, "f", ARGS)
 
 
 def test_readme_documents_every_hint() -> None:

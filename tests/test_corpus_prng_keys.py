@@ -45,3 +45,23 @@ def test_key_reuse_is_reported_with_the_students_line(graded: dict[str, Any]) ->
     assert failed and failed[0].status == "failed", harness.explain(record, "prng")
     assert "KeyReuseError" in failed[0].message and "random.normal(key" in failed[0].message, failed[0].message
     assert "split" in failed[0].hint, failed[0].hint
+
+
+def test_key_reuse_hidden_from_the_checker_is_seen_in_the_returned_numbers(graded: dict[str, Any]) -> None:
+    """A parent key reused with the kernel's checker off, or laundered through jax.random.clone,
+    fails test_no_key_reuse on the trusted side, and the per-sample loops of the tutorial do not."""
+    for name in ("parent_key_reused_debug_off.ipynb", "parent_key_reused_clone.ipynb"):
+        record = graded[name]
+        failed = harness.find_test(record, "test_no_key_reuse[sample_noise]")
+        assert failed.status == "failed", harness.explain(record, "prng")
+        assert "a key it also split" in failed.message and "KeyReuseError" not in failed.message, failed.message
+        assert "clone" in failed.hint, failed.hint
+    init = harness.find_test(graded["parent_key_reused_clone.ipynb"], "test_no_key_reuse[init_mlp_params]")
+    assert init.status == "failed" and "layer 0's weights" in init.message, init.message
+    for name in ("correct_tutorial.ipynb", "correct_tutorial_split_n_loop.ipynb"):
+        for test in (
+            harness.find_test(graded[name], "test_no_key_reuse[sample_noise]"),
+            harness.find_test(graded[name], "test_sample_noise_is_iid_standard_normal[scalars]"),
+        ):
+            assert test.status == "passed", harness.explain(graded[name])
+            assert test.duration < 30, f"{name}: {test.name} took {test.duration:.1f}s"

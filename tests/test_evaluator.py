@@ -118,6 +118,26 @@ def test_a_loop_over_a_concrete_batch_is_not_a_batch_loop():
     assert got["loops"] == 1 and got["batch_loops"] == 0
 
 
+def _rows(xs, w):
+    return xs[:, :-2] * w[0] + xs[:, 1:-1] * w[1] + xs[:, 2:] * w[2]
+
+
+@pytest.mark.parametrize(
+    ("f", "vmapped"),
+    [
+        (jax.vmap(lambda x, w: jnp.convolve(x, w, mode="valid"), in_axes=(0, None)), True),
+        (lambda xs, w: jax.jit(jax.vmap(lambda x: jnp.dot(x[:3], w)))(xs), True),
+        (_rows, False),
+        (lambda xs, w: jnp.einsum("bnk,k->bn", jnp.stack([xs[:, :-2], xs[:, 1:-1], xs[:, 2:]], -1), w), False),
+    ],
+    ids=["vmap", "vmap-under-a-jit", "slices", "einsum"],
+)
+def test_vmapped_is_read_from_the_name_stack(f, vmapped):
+    """jax.vmap leaves no operation of its own, but JAX's name stack in the module's locations
+    says where it ran: `vmap(...)`."""
+    assert analyze_module(concrete(f, (4, 8), (3,)))["vmapped"] is vmapped
+
+
 # --------------------------------------------------------------------------- whole_call
 
 
@@ -299,6 +319,7 @@ def test_the_trusted_side_type_checks_the_analysis():
         "whole_call": True,
         "collectives": ["all_reduce"],
         "per_device": True,
+        "vmapped": False,
     }
     assert _analysis(good) == good
     forged = dict(good, batch_loops="0", whole_call=1, collectives=[1], extra="x")

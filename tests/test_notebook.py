@@ -8,7 +8,14 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader.notebook import NotebookError, definition_sources, load_notebook, mentions, notebook_from_script
+from grader.notebook import (
+    NotebookError,
+    definition_sources,
+    fresh_jit_in_loop,
+    load_notebook,
+    mentions,
+    notebook_from_script,
+)
 
 
 def _write(path: Path, data: object) -> Path:
@@ -97,3 +104,32 @@ def test_notebook_from_script_splits_cells() -> None:
     assert [c.source for c in nb.cells] == ["import jax", "def f():\n    return 1", "x = f()"]
     assert nb.metadata["jaxgrade"] == {"assignment": "toy"}
     nbformat.validate(nb)
+
+
+@pytest.mark.parametrize(
+    ("source", "found"),
+    [
+        (
+            "def g(x, n):\n    i = 0\n    while i < n:\n        i = jax.jit(lambda j: j + 1)(i)\n    return x + i",
+            "jax.jit(lambda j: j + 1)",
+        ),
+        (
+            "def g(x, n):\n    for _ in range(n):\n        x = jit(functools.partial(add, 1))(x)\n    return x",
+            "jit(functools.partial(add, 1))",
+        ),
+        (
+            "def g(x, n):\n    def body(i):\n        return i + 1\n    i = 0\n    while i < n:\n        i = jax.jit(body)(i)\n    return x + i",
+            "jax.jit(body)",
+        ),
+        # the tutorial's "this is OK": jit of a function defined once, outside, is cached by JAX
+        ("def g(x, n):\n    i = 0\n    while i < n:\n        i = jax.jit(loop_body)(i)\n    return x + i", ""),
+        ("def g(x, n):\n    i = 0\n    while i < n:\n        i = loop_body(i)\n    return x + i", ""),
+        # a jit made once per call, outside the loop, is the compile count's business
+        (
+            "def g(x, n):\n    body = jax.jit(partial(add, 1))\n    for _ in range(n):\n        x = body(x)\n    return x",
+            "",
+        ),
+    ],
+)
+def test_fresh_jit_in_loop(source: str, found: str) -> None:
+    assert fresh_jit_in_loop([source]) == found

@@ -164,3 +164,14 @@ def test_rng_is_seeded_per_test(tmp_path: Path) -> None:
     assert got[0] != got[1]  # different tests: different draws
     run_tests(a, Fake({"record": got.append}), seed=99)
     assert got[4:6] != got[:2]
+
+
+def test_scrub_removes_what_the_sandbox_said_wherever_a_check_quoted_it() -> None:
+    """A hidden test's message keeps none of the sandbox's text: whole lines, lines cut short by a
+    check, or several lines joined."""
+    from grader.plugin import scrub
+
+    said = ["inputs were 0.1234567 1.5\nsecond line 2.75\nok", "MyError_0.99"]
+    message = "`f` raised MyError_0.99 at cell 2, line 3: `y = g(x)`: inputs were 0.1234 second line 2.75"
+    assert scrub(message, said) == "`f` raised […] at cell 2, line 3: `y = g(x)`: […] […]"
+    assert scrub("nothing of it here", said) == "nothing of it here"

@@ -476,3 +476,35 @@ def test_deadline_already_passed_raises_channel_timeout(pipe):
     protocol.write_frame(pipe["w"], {"op": "x"})
     with pytest.raises(ChannelTimeout):
         protocol.read_frame(pipe["r"], deadline=time.monotonic() - 1)
+
+
+def test_abstract_keeps_structure_and_drops_every_value():
+    """Exports receive shapes and dtypes only: no value of a hidden input travels."""
+    key = protocol.PRNGKeyData("threefry2x32", np.array([[1, 2], [3, 4]], dtype=np.uint32))
+    tree = {"w": np.full((2, 3), 7.25, np.float32), "b": [np.int32(5), 1.5, None], "k": key}
+    spec = protocol.abstract((tree, 3))
+    assert spec == (
+        {
+            "w": protocol.ShapeSpec((2, 3), "float32"),
+            "b": [protocol.ShapeSpec((), "int32"), protocol.ShapeSpec((), "float64"), None],
+            "k": protocol.ShapeSpec((2,), "key", "threefry2x32"),
+        },
+        protocol.ShapeSpec((), "int64"),
+    )
+    frag, payload = protocol.pack_values({"example": spec})
+    assert payload == b"" and "7.25" not in json.dumps(frag)
+    assert protocol.unpack_values(frag, payload) == {"example": spec}
+
+
+@pytest.mark.parametrize(
+    "node",
+    [
+        {"t": "spec", "shape": [-1], "dtype": "float32"},
+        {"t": "spec", "shape": [2], "dtype": 5},
+        {"t": "spec", "shape": "2", "dtype": "float32"},
+        {"t": "spec", "shape": [1.5], "dtype": "float32"},
+    ],
+)
+def test_malformed_specs_are_rejected(node):
+    with pytest.raises(ProtocolError, match="bad spec"):
+        protocol.unpack_values({"values": {"x": node}, "arrays": []}, b"")

@@ -76,3 +76,30 @@ def write_corpus(here: Path, corpus: Mapping[str, nbformat.NotebookNode | str]) 
     if stale:
         print(f"not written by this script (delete them?): {', '.join(stale)}")
     return texts
+
+
+def fill_starter(
+    assignment: str, name: str, fills: Mapping[str, str], *, who: str = "", extra: tuple[str, ...] = ()
+) -> nbformat.NotebookNode:
+    """The assignment's starter notebook with the code cells whose ids are in ``fills`` replaced
+    (``{"todo1": "def f(x): ..."}``), a name line after the title, and ``extra`` code cells at
+    the end; the added cells' ids derive from ``name``, so output is deterministic."""
+    starter = Path(__file__).resolve().parents[2] / "assignments" / assignment / f"{assignment}.ipynb"
+    nb = nbformat.read(starter, as_version=4)
+    ids = {cell.get("id") for cell in nb.cells}
+    missing = set(fills) - ids
+    if missing:
+        raise KeyError(f"{assignment} starter has no cells {sorted(missing)}")
+    for cell in nb.cells:
+        if cell.get("id") in fills:
+            cell.source = fills[cell.id]
+    if who:
+        cell = v4.new_markdown_cell(f"Submitted by: {who}")
+        cell.id = hashlib.sha1(f"{name}:who".encode()).hexdigest()[:8]
+        nb.cells.insert(1, cell)
+    for i, src in enumerate(extra, start=1):
+        cell = v4.new_code_cell(src)
+        cell.id = hashlib.sha1(f"{name}:extra{i}".encode()).hexdigest()[:8]
+        nb.cells.append(cell)
+    nbformat.validate(nb)
+    return nb

@@ -10,10 +10,12 @@ What the tests hand over, and why:
   writing into its input still earns its numerics points (writing into the input is purity's
   business, not numerics');
 - purity: the same call twice (`check_pure`): the two results must agree exactly (no global
-  state), the caller's NumPy arrays must be unchanged afterwards (`.mutated`), and, in a second
-  test, the arrays are made **read-only** inside the sandbox (`readonly=True`), as a caller's
-  shared data would be, so writing into them raises `ValueError: assignment destination is
-  read-only`. Scalars in these calls are Python numbers: `readonly=True` cannot set the flag on
+  state) and equal the reference's (a function that writes into its input gives a wrong second
+  result, whatever the sandbox reports), the caller's NumPy arrays must be unchanged afterwards
+  (`.mutated`, reported by the sandbox), and, in a second test, the arrays are **read-only**
+  (`readonly=True`: the operating system maps them read-only, as a caller's shared data would
+  be), so writing into them raises `ValueError: assignment destination is read-only` and no
+  flag makes them writable again. Scalars in these calls are Python numbers: `readonly=True` cannot set the flag on
   a NumPy scalar (see the report on the grader);
 - jit: `check_jit` traces each function under `jax.jit`, so every argument is a traced JAX
   array: this is the JAX-array path of the contract (`.at` on a tracer, no NumPy conversion).
@@ -164,29 +166,21 @@ def pure_args(rng, name):
 @pytest.mark.category("purity")
 @pytest.mark.points(3)
 @pytest.mark.parametrize("name", FUNCTIONS)
-def test_inputs_unchanged(submission, rng, name):
-    """The caller's NumPy arrays are unchanged after two calls, and the two results agree exactly."""
+def test_inputs_unchanged(submission, reference, rng, name):
+    """The caller's NumPy arrays are unchanged after two calls, and both results are right (a
+    function that writes into its input, or keeps state, gives a wrong second result)."""
     with teaching():
-        check_pure(submission, name, pure_args(rng, name))
+        check_pure(submission, name, pure_args(rng, name), readonly=False, reference=getattr(reference, name))
 
 
 @pytest.mark.category("purity")
 @pytest.mark.points(3)
 @pytest.mark.parametrize("name", FUNCTIONS)
-def test_read_only_inputs(submission, rng, name):
-    """The function works on read-only NumPy arrays: it never writes into its arguments."""
-    try:
-        check_pure(submission, name, pure_args(rng, name), readonly=True)
-    except StudentRaised as exc:
-        if "read-only" not in exc.evalue:
-            with teaching():
-                raise
-        where = exc.location.describe() if exc.location else ""
-        raise CheckFailure(
-            f"`{name}` wrote into its input, a read-only NumPy array ({exc.ename}"
-            f"{' at ' + where if where else ''}: {exc.evalue.splitlines()[0][:200]})",
-            ARRAY_HINTS["read-only"],
-        ) from None
+def test_read_only_inputs(submission, reference, rng, name):
+    """The function works on read-only NumPy arrays (the operating system maps them read-only,
+    so no flag makes them writable again): it never writes into its arguments."""
+    with teaching():
+        check_pure(submission, name, pure_args(rng, name), readonly=True, reference=getattr(reference, name))
 
 
 # --------------------------------------------------------------------------- jit (5)

@@ -4,6 +4,13 @@ Inputs are random (the `rng` fixture, seeded per grading run and test), never th
 The shapes and loop counts of the retracing and compile-count tests are used nowhere else, so
 that neither the student's own notebook nor an earlier test can have warmed JAX's caches.
 Points: numerics 11, jit 13 (24; with the public tests' 8, 32).
+
+`g_loop_cached` is not run under an outer `jax.jit`: the contract (curriculum §2) does not ask
+it, and the tutorial's own answer (`while i < n: i = loop_body(i)`, with `i` the jitted body's
+result) cannot work there, since the loop test needs a concrete `i`. The point that case carried
+moved to `test_g_loop_cached_compile_count` (1 -> 2), so g_loop_cached keeps its 3 jit points
+and the jit total stays 13: under jit 5 (one per case), selu_jit jitted 1, traces once 2,
+recompiles 2, compile counts 2 + 1.
 """
 
 import numpy as np
@@ -94,12 +101,12 @@ JIT_CASES = {
     "g_static": ("g_static", lambda rng: (normal(rng, 8),), {"n": 5}),
     "g_traced-n-traced": ("g_traced", lambda rng: (normal(rng, 8), np.int32(7)), None),
     "selu_jit": ("selu_jit", lambda rng: (normal(rng, 5, 3),), None),
-    "g_loop_cached": ("g_loop_cached", lambda rng: (normal(rng, 8),), {"n": 3}),
+    # no g_loop_cached case: it need not work under an outer jit (see the module docstring)
 }
 
 
 @pytest.mark.category("jit")
-@pytest.mark.points(6)
+@pytest.mark.points(5)
 @pytest.mark.parametrize("case", list(JIT_CASES))
 def test_works_under_jit(submission, reference, rng, case):
     """The function traces under jax.jit with traced arguments and gives the right numbers."""
@@ -116,15 +123,15 @@ def test_selu_jit_is_itself_jitted(submission, reference, rng):
 
 @pytest.mark.category("jit")
 @pytest.mark.points(2)
-def test_f_jittable_traces_once(submission, rng):
-    """Under one jax.jit, f_jittable is traced once for five values of one shape."""
+def test_f_jittable_traces_once(submission, reference, rng):
+    """Under one jax.jit, one trace of f_jittable serves five values of one shape."""
     values = [scalar(rng, s) for s in (1, -1, 0, 1, -1)]
-    check_traces_once(submission, "f_jittable", [(v,) for v in values])
+    check_traces_once(submission, "f_jittable", [(v,) for v in values], reference=reference.f_jittable)
 
 
 @pytest.mark.category("jit")
 @pytest.mark.points(2)
-def test_g_static_recompiles_only_for_new_n(submission, rng):
+def test_g_static_recompiles_only_for_new_n(submission, reference, rng):
     """g_static compiles again when n changes, and not when only the values of x change."""
     x1, x2 = normal(rng, 3, 11), normal(rng, 3, 11)
     check_recompiles(
@@ -132,11 +139,12 @@ def test_g_static_recompiles_only_for_new_n(submission, rng):
         "g_static",
         [((x1,), {"n": 13}), ((x2,), {"n": 13}), ((x1,), {"n": 17})],
         [None, False, True],
+        reference=reference.g_static,
     )
 
 
 @pytest.mark.category("jit")
-@pytest.mark.points(1)
+@pytest.mark.points(2)
 def test_g_loop_cached_compile_count(submission, rng):
     """Two calls of g_loop_cached(x, 20) cause at most 2 XLA compilations."""
     x = normal(rng, 2, 9)

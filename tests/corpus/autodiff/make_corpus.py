@@ -324,6 +324,46 @@ def mistake(
     return build(name, head(student) + extra + grad_solution(**override) + [code(check)])
 
 
+# the seed tutorial (a JAX basics lesson: grad, argnums, value_and_grad, has_aux, and a linear
+# regression fitted with an un-jitted `update` in a Python loop), as it writes them
+TUTORIAL_FILLS = {
+    "todo1": """\
+grad_sse_wrt_x = jax.grad(sum_squared_error)""",
+    "todo2": """\
+grad_sse_wrt_both = jax.grad(sum_squared_error, argnums=(0, 1))""",
+    "todo3": """\
+sse_value_and_grad = jax.value_and_grad(sum_squared_error)""",
+    "todo4": """\
+def sse_with_aux(x, y):
+    error = x - y
+    sse = jnp.sum(error ** 2)
+    return sse, error  # the loss and the residual as an auxiliary output
+
+sse_with_aux_grad = jax.grad(sse_with_aux, has_aux=True)""",
+    "todo5": """\
+def model(theta, x):
+  # Computes wx + b on a batch of input x.
+  w, b = theta
+  return w * x + b
+
+
+def loss_fn(theta, x, y):
+  prediction = model(theta, x)
+  return jnp.mean((prediction-y)**2)
+
+
+def update(theta, x, y, lr=0.1):
+  return theta - lr * jax.grad(loss_fn)(theta, x, y)
+
+
+def fit_linear_regression(xs, ys, lr=0.1, steps=1000):
+  theta = jnp.array([1., 1.])
+  for _ in range(steps):
+    theta = update(theta, xs, ys, lr)
+  return theta""",
+}
+
+
 def corpus() -> dict[str, nbformat.NotebookNode | str]:
     nbs: dict[str, nbformat.NotebookNode | str] = {}
 
@@ -395,6 +435,7 @@ def corpus() -> dict[str, nbformat.NotebookNode | str]:
         aux=TODO,
         fit=TODO,
     )
+    nbs["correct_tutorial.ipynb"] = kit.fill_starter(ASSIGNMENT, "correct_tutorial", TUTORIAL_FILLS, who="T. Student")
     nbs["untouched_starter.ipynb"] = STARTER.read_text(encoding="utf-8")
     return nbs
 

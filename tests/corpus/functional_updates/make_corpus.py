@@ -219,6 +219,24 @@ def mistake(name: str, student: str, check: str = CHECK_ALL, **override: str) ->
     return build(name, head(student) + at_solution(**override) + [code(check)])
 
 
+# the seed tutorial (Sharp bits, in-place updates): jnp.asarray then x.at[idx].set / .add, and
+# jnp.where for the masked update (the boolean-mask .at[] does not jit)
+TUTORIAL_FILLS = {
+    "todo1": """\
+def set_first(x, value):
+    x = jnp.asarray(x)
+    return x.at[0].set(value)""",
+    "todo2": """\
+def increment_at(x, idx, amount):
+    x = jnp.asarray(x)
+    return x.at[idx].add(amount)""",
+    "todo3": """\
+def clamp_negatives(x):
+    x = jnp.asarray(x)
+    return jnp.where(x < 0, 0.0, x)""",
+}
+
+
 def corpus() -> dict[str, nbformat.NotebookNode | str]:
     nbs: dict[str, nbformat.NotebookNode | str] = {}
 
@@ -289,6 +307,7 @@ def corpus() -> dict[str, nbformat.NotebookNode | str]:
         increment_at=TODO,
         clamp_negatives=TODO,
     )
+    nbs["correct_tutorial.ipynb"] = kit.fill_starter(ASSIGNMENT, "correct_tutorial", TUTORIAL_FILLS, who="T. Student")
     nbs["untouched_starter.ipynb"] = STARTER.read_text(encoding="utf-8")
     return nbs
 

@@ -196,6 +196,60 @@ print(jax.vmap(f_jittable)(x))"""
 
 EXTRA_TIMEIT = "%timeit -n 3 -r 2 g_loop_cached(x, 20).block_until_ready()"
 
+# -- correct: the seed tutorial's own solutions, as its text writes them ----------------------
+
+TUTORIAL_F = """\
+@jax.jit
+def f_jittable(x):
+    return jnp.where(x > 0, x, 2 * x)"""
+
+TUTORIAL_G_STATIC = """\
+g_static = jax.jit(g, static_argnames=['n'])"""
+
+TUTORIAL_G_TRACED = """\
+def g_traced(x, n):
+    return x + lax.fori_loop(0, n, lambda i, acc: acc + 1, 0)"""
+
+TUTORIAL_SELU = """\
+selu_jit = jax.jit(selu)"""
+
+# the tutorial's "method 1": a jitted loop body, called from a Python while on the body's result
+TUTORIAL_METHOD1_LAMBDA = """\
+loop_body = jax.jit(lambda i: i + 1)
+
+
+def g_loop_cached(x, n):
+    i = 0
+    while i < n:
+        i = loop_body(i)
+    return x + i"""
+
+TUTORIAL_METHOD1_DEF = """\
+@jax.jit
+def loop_body(prev_i):
+    return prev_i + 1
+
+
+def g_loop_cached(x, n):
+    i = 0
+    while i < n:
+        i = loop_body(i)
+    return x + i"""
+
+# the tutorial's "this is OK" variant: jax.jit of a named function inside the loop (jit caches
+# on the function object, so every iteration hits one compilation)
+TUTORIAL_JIT_NAMED_IN_LOOP = """\
+def unjitted_loop_body(prev_i):
+    return prev_i + 1
+
+
+def g_loop_cached(x, n):
+    i = 0
+    while i < n:
+        # this is OK, since JAX can find the cached, compiled function
+        i = jax.jit(unjitted_loop_body)(i)
+    return x + i"""
+
 # -- mutants of the reference -----------------------------------------------------------------
 
 STATIC_F = """\
@@ -343,6 +397,27 @@ def corpus() -> dict[str, nbformat.NotebookNode | str]:
             code(EXTRA_GRAD),
             code(EXTRA_TIMEIT),
         ],
+    )
+
+    # the seed tutorial's solutions, as written there (method 1 for g_loop_cached, both spellings)
+    nbs["correct_tutorial_method1.ipynb"] = build(
+        "correct_tutorial_method1",
+        head("Q. Student")
+        + solution_cells(TUTORIAL_F, TUTORIAL_G_STATIC, TUTORIAL_G_TRACED, TUTORIAL_SELU, TUTORIAL_METHOD1_LAMBDA)
+        + [code(CHECK_ALL)],
+    )
+    nbs["correct_tutorial_method1_def.ipynb"] = build(
+        "correct_tutorial_method1_def",
+        head("R. Student")
+        + solution_cells(TUTORIAL_F, TUTORIAL_G_STATIC, TUTORIAL_G_TRACED, TUTORIAL_SELU, TUTORIAL_METHOD1_DEF)
+        + [code(CHECK_ALL)],
+    )
+
+    nbs["correct_tutorial_jit_named_in_loop.ipynb"] = build(
+        "correct_tutorial_jit_named_in_loop",
+        head("S. Student")
+        + solution_cells(TUTORIAL_F, TUTORIAL_G_STATIC, TUTORIAL_G_TRACED, TUTORIAL_SELU, TUTORIAL_JIT_NAMED_IN_LOOP)
+        + [code(CHECK_ALL)],
     )
 
     # the reference's mutants, as a student would write them

@@ -234,6 +234,17 @@ def mistake(
     return build(name, head(student) + solution_cells(per_example, batch) + [code(check)])
 
 
+# the seed tutorial (per-example gradients): jit(vmap(grad(loss)), in_axes=(None, 0, 0)), and the
+# batch gradient as grad of the loss written for a batch (loss_fn already averages over rows)
+TUTORIAL_FILLS = {
+    "todo1": """\
+per_example_grads = jax.jit(jax.vmap(jax.grad(loss_fn), in_axes=(None, 0, 0)))""",
+    "todo2": """\
+# loss_fn is written with jnp.dot and jnp.mean: on a batch xs of shape (B, P) it is the mean loss
+batch_grad = jax.jit(jax.grad(loss_fn))""",
+}
+
+
 def corpus() -> dict[str, nbformat.NotebookNode | str]:
     nbs: dict[str, nbformat.NotebookNode | str] = {}
 
@@ -278,6 +289,7 @@ def corpus() -> dict[str, nbformat.NotebookNode | str]:
     nbs["partial_submission.ipynb"] = mistake(
         "partial_submission", "L. Student", check="print(per_example_grads(params, xs, ys))", batch=TODO
     )
+    nbs["correct_tutorial.ipynb"] = kit.fill_starter(ASSIGNMENT, "correct_tutorial", TUTORIAL_FILLS, who="T. Student")
     nbs["untouched_starter.ipynb"] = STARTER.read_text(encoding="utf-8")
     return nbs
 

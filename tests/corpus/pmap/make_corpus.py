@@ -251,6 +251,24 @@ def mistake(name: str, student: str, check: str = CHECK_ALL, **override: str) ->
     return build(name, head(student) + pmap_solution(**override) + [code(check)])
 
 
+# the seed tutorial (Parallel evaluation in JAX): jax.pmap(convolve), and a collective with an
+# axis_name inside a pmapped function, divided by the device count
+TUTORIAL_FILLS = {
+    "todo1": """\
+parallel_convolve = jax.pmap(convolve)""",
+    "todo2": """\
+n_devices = jax.local_device_count()
+
+
+def device_mean(x):
+  return jax.lax.psum(jnp.mean(x), axis_name='p') / n_devices
+
+
+def global_mean(xs):
+  return jax.pmap(device_mean, axis_name='p')(xs)""",
+}
+
+
 def corpus() -> dict[str, nbformat.NotebookNode | str]:
     nbs: dict[str, nbformat.NotebookNode | str] = {}
 
@@ -308,6 +326,7 @@ def corpus() -> dict[str, nbformat.NotebookNode | str]:
     nbs["partial_submission.ipynb"] = mistake(
         "partial_submission", "L. Student", check="print(parallel_convolve(xs, ws))", mean=TODO
     )
+    nbs["correct_tutorial.ipynb"] = kit.fill_starter(ASSIGNMENT, "correct_tutorial", TUTORIAL_FILLS, who="T. Student")
     nbs["untouched_starter.ipynb"] = STARTER.read_text(encoding="utf-8")
     return nbs
 

@@ -149,6 +149,45 @@ def sample_noise(key, num_samples, shape):
     samples = jax.vmap(one_sample)(jnp.arange(num_samples))
     return key, samples"""
 
+# the seed tutorial's pattern, one sample at a time: `key, subkey = random.split(key)` in a loop
+NOISE_PER_SAMPLE_LOOP = """\
+def sample_noise(key, num_samples, shape):
+    samples = []
+    for i in range(num_samples):
+        key, subkey = random.split(key)
+        samples.append(random.normal(subkey, shape))
+    return key, jnp.stack(samples)"""
+
+NOISE_PER_SAMPLE_SPLIT_N = """\
+def sample_noise(key, num_samples, shape):
+    new_key, *sample_keys = random.split(key, num_samples + 1)
+    samples = jnp.array([random.normal(k, shape) for k in sample_keys])
+    return new_key, samples"""
+
+NOISE_PARENT_REUSED_DEBUG_OFF = """\
+def sample_noise(key, num_samples, shape):
+    # the checker complained about this line, but the numbers look fine to me
+    with jax.debug_key_reuse(False):
+        new_key, subkey = random.split(key)
+        samples = random.normal(key, (num_samples, *shape))
+    return new_key, samples"""
+
+NOISE_PARENT_REUSED_CLONE = """\
+def sample_noise(key, num_samples, shape):
+    draw_key = random.clone(key)  # a copy, so the checker does not mind
+    new_key, subkey = random.split(key)
+    samples = random.normal(draw_key, (num_samples, *shape))
+    return new_key, samples"""
+
+INIT_CARRY_KEY_CLONE = """\
+def init_mlp_params(layer_widths, key):
+    params = []
+    for n_in, n_out in zip(layer_widths[:-1], layer_widths[1:]):
+        key, subkey = random.split(key)
+        weights = random.normal(random.clone(key), (n_in, n_out)) * jnp.sqrt(2 / n_in)
+        params.append({"weights": weights, "biases": jnp.ones(shape=(n_out,))})
+    return params"""
+
 NOISE_NUMPY = """\
 def sample_noise(key, num_samples, shape):
     new_key, _ = random.split(key)
@@ -274,6 +313,11 @@ def corpus() -> dict[str, nbformat.NotebookNode | str]:
         drop=DROP_MULTIPLY_JITTED,
         extra=(MY_CHECKS,),
     )
+    # the seed tutorial's way: a split per layer, one key per sample in a Python loop, bernoulli
+    nbs["correct_tutorial.ipynb"] = student("correct_tutorial", "O. Student", noise=NOISE_PER_SAMPLE_LOOP)
+    nbs["correct_tutorial_split_n_loop.ipynb"] = student(
+        "correct_tutorial_split_n_loop", "P. Student", init=INIT_SPLIT_N, noise=NOISE_PER_SAMPLE_SPLIT_N
+    )
     # the mutants of reference/prng_keys/mutants, as students write them
     nbs["one_key_every_layer.ipynb"] = student("one_key_every_layer", "D. Student", init=INIT_ONE_KEY)
     nbs["hardcoded_prngkey42.ipynb"] = student("hardcoded_prngkey42", "E. Student", init=INIT_HARDCODED)
@@ -292,6 +336,13 @@ def corpus() -> dict[str, nbformat.NotebookNode | str]:
     nbs["dropout_not_jittable.ipynb"] = student("dropout_not_jittable", "M. Student", drop=DROP_NUMPY_MASK)
     nbs["init_draws_with_carry_key.ipynb"] = student(
         "init_draws_with_carry_key", "N. Student", init=INIT_DRAWS_WITH_CARRY_KEY
+    )
+    # key reuse hidden from JAX's checker in the kernel: seen on the trusted side
+    nbs["parent_key_reused_debug_off.ipynb"] = student(
+        "parent_key_reused_debug_off", "Q. Student", noise=NOISE_PARENT_REUSED_DEBUG_OFF
+    )
+    nbs["parent_key_reused_clone.ipynb"] = student(
+        "parent_key_reused_clone", "R. Student", noise=NOISE_PARENT_REUSED_CLONE, init=INIT_CARRY_KEY_CLONE
     )
     nbs["untouched_starter.ipynb"] = STARTER.read_text(encoding="utf-8")
     return nbs

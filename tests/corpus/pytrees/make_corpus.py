@@ -280,6 +280,28 @@ def mistake(name: str, student: str, check: str = CHECK_ALL, **override: str) ->
     return build(name, head(student) + map_solution(**override) + [code(check)])
 
 
+# the seed tutorial (Working with pytrees): jax.tree.leaves / jax.tree.map with lambdas, the
+# update step as a tree.map over params and grads
+TUTORIAL_FILLS = {
+    "todo1": """\
+def count_leaves(tree):
+    return len(jax.tree.leaves(tree))""",
+    "todo2": """\
+def tree_shapes(tree):
+    return jax.tree.map(lambda x: x.shape, tree)""",
+    "todo3": """\
+def scale_tree(tree, c):
+    return jax.tree.map(lambda x: x * c, tree)""",
+    "todo4": """\
+@jax.jit
+def sgd_update(params, grads, lr):
+    return jax.tree.map(lambda p, g: p - lr * g, params, grads)""",
+    "todo5": """\
+def tree_l2_norm(tree):
+    return jnp.sqrt(sum(jnp.sum(x ** 2) for x in jax.tree.leaves(tree)))""",
+}
+
+
 def corpus() -> dict[str, nbformat.NotebookNode | str]:
     nbs: dict[str, nbformat.NotebookNode | str] = {}
 
@@ -338,6 +360,7 @@ def corpus() -> dict[str, nbformat.NotebookNode | str]:
         sgd_update=TODO,
         tree_l2_norm=TODO,
     )
+    nbs["correct_tutorial.ipynb"] = kit.fill_starter(ASSIGNMENT, "correct_tutorial", TUTORIAL_FILLS, who="T. Student")
     nbs["untouched_starter.ipynb"] = STARTER.read_text(encoding="utf-8")
     return nbs
 

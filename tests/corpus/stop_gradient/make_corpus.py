@@ -270,6 +270,26 @@ def mistake(name: str, student: str, check: str = CHECK_ALL, **override: str) ->
     return build(name, head(student) + tutorial_solution(**override) + [code(check)])
 
 
+# the seed tutorial (Stopping gradients): td_loss with stop_gradient on the target,
+# td_update = jax.grad, and its per-example gradients jax.jit(jax.vmap(jax.grad(td_loss),
+# in_axes=(None, 0, 0, 0))), averaged
+TUTORIAL_FILLS = {
+    "todo1": """\
+def td_loss_with_stop_gradient(theta, s_tm1, r_t, s_t):
+  v_tm1 = value_fn(theta, s_tm1)
+  target = r_t + value_fn(theta, s_t)
+  return -0.5 * ((jax.lax.stop_gradient(target) - v_tm1) ** 2)""",
+    "todo2": """\
+td_update = jax.grad(td_loss_with_stop_gradient)""",
+    "todo3": """\
+perex_grads = jax.jit(jax.vmap(jax.grad(td_loss_with_stop_gradient), in_axes=(None, 0, 0, 0)))
+
+
+def batched_td_update(theta, s_tm1s, r_ts, s_ts):
+  return perex_grads(theta, s_tm1s, r_ts, s_ts).mean(axis=0)""",
+}
+
+
 def corpus() -> dict[str, nbformat.NotebookNode | str]:
     nbs: dict[str, nbformat.NotebookNode | str] = {}
 
@@ -331,6 +351,7 @@ def corpus() -> dict[str, nbformat.NotebookNode | str]:
         update=TODO,
         batched=TODO,
     )
+    nbs["correct_tutorial_perex.ipynb"] = kit.fill_starter(ASSIGNMENT, "correct_tutorial_perex", TUTORIAL_FILLS, who="T. Student")
     nbs["untouched_starter.ipynb"] = STARTER.read_text(encoding="utf-8")
     return nbs
 

@@ -669,6 +669,26 @@ def old_minor_without_ids(cells: list[tuple[str, str]]) -> str:
     return json.dumps(doc, indent=1) + "\n"
 
 
+# the seed tutorial (Automatic vectorization): vmap bound to names, in_axes as a list, jit of the
+# vmapped function, and its manual version looping over the output positions (not the batch)
+TUTORIAL_FILLS = {
+    "todo1": """\
+batched_convolve = jax.vmap(convolve)""",
+    "todo2": """\
+batched_convolve_shared_w = jax.vmap(convolve, in_axes=[0, None])""",
+    "todo3": """\
+batched_convolve_axis1 = jax.vmap(convolve, in_axes=1, out_axes=1)""",
+    "todo4": """\
+fast_batched_convolve = jax.jit(batched_convolve)""",
+    "todo5": """\
+def manually_vectorized_convolve(xs, ws):
+  output = []
+  for i in range(1, xs.shape[-1] -1):
+    output.append(jnp.sum(xs[:, i-1:i+2] * ws, axis=1))
+  return jnp.stack(output, axis=1)""",
+}
+
+
 def corpus() -> dict[str, nbformat.NotebookNode | str]:
     nbs: dict[str, nbformat.NotebookNode | str] = {}
 
@@ -790,6 +810,7 @@ def corpus() -> dict[str, nbformat.NotebookNode | str]:
     nbs["tries_network.ipynb"] = build(
         "tries_network", head("R. Student") + vmap_solution() + [code(NETWORK)], tagged=False
     )
+    nbs["correct_tutorial.ipynb"] = kit.fill_starter(ASSIGNMENT, "correct_tutorial", TUTORIAL_FILLS, who="T. Student")
     nbs["untouched_starter.ipynb"] = STARTER.read_text(encoding="utf-8") if STARTER.exists() else starter
     nbs["not_a_notebook.ipynb"] = "this is not json {\n"
     nbs["empty_notebook.ipynb"] = build("empty_notebook", [])

@@ -1,0 +1,810 @@
+"""Writes the forgery corpus: ``tests/corpus/forgery/<assignment>/forge_*.ipynb`` (issue 10).
+
+Each notebook is written by a student who has read the grader's source (it is open) and pairs
+a WRONG solution with a forgery of what the grader observes in the kernel: vmap use, input
+mutation, trace and compile counts, device placement, key reuse, the exported module, the
+probe's "jitted" flag, or the concrete example arguments reachable in the kernel's frames.
+``expected.yaml`` beside each assignment's notebooks gives the verdict a careful grader gives
+the wrong solution (the forgery must earn nothing), and says in ``why`` what today's grader
+gives. ``tests/test_forgery.py`` grades them.
+
+Run from anywhere; the output is deterministic::
+
+    python tests/corpus/forgery/make_corpus.py
+"""
+
+from __future__ import annotations
+
+import sys
+from functools import partial
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/corpus, for notebook_kit
+import notebook_kit as kit
+from notebook_kit import code, md
+
+HERE = Path(__file__).resolve().parent
+
+# =============================================================================================
+# vmap_convolve
+
+VC_IMPORTS = """\
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax"""
+
+VC_GIVEN = """\
+def convolve(x, w):
+  output = []
+  for i in range(1, len(x)-1):
+    output.append(jnp.dot(x[i-1:i+2], w))
+  return jnp.array(output)"""
+
+VC_CORRECT_BUT_MANUAL = """\
+def batched_convolve(xs, ws):
+    return jax.vmap(convolve)(xs, ws)
+
+
+batched_convolve_shared_w = jax.vmap(convolve, in_axes=(0, None))
+batched_convolve_axis1 = jax.vmap(convolve, in_axes=1, out_axes=1)
+fast_batched_convolve = jax.jit(batched_convolve)"""
+
+VC_CHECK = """\
+xs = jnp.arange(10.0).reshape(2, 5)
+ws = jnp.array([[2.0, 3.0, 4.0], [1.0, 0.0, -1.0]])
+print(batched_convolve(xs, ws))
+print(manually_vectorized_convolve(xs, ws))"""
+
+# a helper in another cell: the source check reads only the definition of the function itself
+VC_HIDDEN_VMAP_HELPER = """\
+# "a helper" (the grader's source check reads only the definition of the graded function)
+_rows = jax.vmap(convolve)"""
+
+VC_WATCH_DISARMED = """\
+import grader.kernel_side as ks
+
+
+class _Blind:
+    used = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+ks._VmapWatch = _Blind  # the kernel's vmap watch now never notices a BatchTrace"""
+
+VC_MANUAL_HIDDEN_VMAP = """\
+def manually_vectorized_convolve(xs, ws):
+    return _rows(xs, ws)"""
+
+VC_BATCHTRACE_SWAP = """\
+from jax._src.interpreters import batching
+
+_PRISTINE_INIT = batching.BatchTrace.__init__  # saved before the grader's watch patches it
+
+
+def manually_vectorized_convolve(xs, ws):
+    watched = batching.BatchTrace.__init__
+    batching.BatchTrace.__init__ = _PRISTINE_INIT  # the watch's patch is out while vmap runs
+    try:
+        return _rows(xs, ws)
+    finally:
+        batching.BatchTrace.__init__ = watched"""
+
+VC_LAX_MAP = """\
+# lax.map: one row after the other (a sequential scan), but it traces for a symbolic batch
+
+
+def batched_convolve(xs, ws):
+    return lax.map(lambda xw: convolve(xw[0], xw[1]), (xs, ws))
+
+
+def batched_convolve_shared_w(xs, w):
+    return lax.map(lambda x: convolve(x, w), xs)
+
+
+def batched_convolve_axis1(xs, ws):
+    return lax.map(lambda xw: convolve(xw[0], xw[1]), (xs.T, ws.T)).T
+
+
+fast_batched_convolve = jax.jit(batched_convolve)
+
+
+def manually_vectorized_convolve(xs, ws):
+    return lax.map(lambda xw: convolve(xw[0], xw[1]), (xs, ws))"""
+
+VC_PYTHON_LOOPS = """\
+def batched_convolve(xs, ws):
+    return jnp.stack([convolve(x, w) for x, w in zip(xs, ws)])
+
+
+def batched_convolve_shared_w(xs, w):
+    return jnp.stack([convolve(x, w) for x in xs])
+
+
+def batched_convolve_axis1(xs, ws):
+    return jnp.stack([convolve(x, w) for x, w in zip(xs.T, ws.T)], axis=1)
+
+
+fast_batched_convolve = jax.jit(batched_convolve)
+
+
+def manually_vectorized_convolve(xs, ws):
+    return jnp.stack([convolve(x, w) for x, w in zip(xs, ws)])"""
+
+VC_NUMPY = """\
+def _conv(x, w):
+    x, w = np.asarray(x), np.asarray(w)
+    return np.array([x[i - 1:i + 2] @ w for i in range(1, len(x) - 1)], dtype=np.float32)
+
+
+def batched_convolve(xs, ws):
+    return np.stack([_conv(x, w) for x, w in zip(np.asarray(xs), np.asarray(ws))])
+
+
+def batched_convolve_shared_w(xs, w):
+    return np.stack([_conv(x, w) for x in np.asarray(xs)])
+
+
+def batched_convolve_axis1(xs, ws):
+    return batched_convolve(np.asarray(xs).T, np.asarray(ws).T).T
+
+
+def fast_batched_convolve(xs, ws):
+    return batched_convolve(xs, ws)
+
+
+def manually_vectorized_convolve(xs, ws):
+    return batched_convolve(xs, ws)"""
+
+# Symbolic exports answered with a zeros module; the eager calls that follow one (same name, same
+# signal length) answered with zeros: the grader then compares zeros with zeros.
+VC_ZEROS_FOR_SYMBOLIC = """\
+import grader.kernel_side as ks
+from jax import export as jexport
+
+_ZERO = {}  # name -> the signal length of its last symbolic export
+
+
+def _signal_length(name, shape):
+    return shape[0] if name.endswith("axis1") else shape[1]
+
+
+def _zeros_export(req, values, _honest=ks._OPS["export"]):
+    name = req["name"]
+    _ZERO.clear()
+    if "example" in values:
+        return _honest(req, values)
+    scope = jexport.SymbolicScope()
+    specs = [jax.ShapeDtypeStruct(jexport.symbolic_shape(s, scope=scope) if s else (), np.dtype(d))
+             for s, d in req["specs"]]
+
+    def zeros(xs, w):
+        if name.endswith("axis1"):
+            return jnp.zeros((xs.shape[0] - 2, xs.shape[1]), jnp.float32)
+        return jnp.zeros((xs.shape[0], xs.shape[1] - 2), jnp.float32)
+
+    exp = jexport.export(jax.jit(zeros))(*specs)
+    _ZERO[name] = _signal_length(name, specs[0].shape)
+    return {"ok": True, "vmap_used": False}, {"module": np.frombuffer(bytes(exp.serialize()), dtype=np.uint8)}
+
+
+def _zeros_after_export(req, values, _honest=ks._OPS["call"]):
+    name, args = req["name"], values.get("args", [])
+    zero = bool(args) and _ZERO.get(name) == _signal_length(name, np.shape(args[0]))
+    if not zero:
+        _ZERO.clear()
+    head, out = _honest(req, values)
+    if zero:
+        out = {k: np.zeros_like(np.asarray(v)) for k, v in out.items()}
+    return head, out
+
+
+ks._OPS["export"] = _zeros_export
+ks._OPS["call"] = _zeros_after_export"""
+
+# NumPy functions: concrete exports answered with a constant module computed from the example
+# values the grader sends; the probe says "jitted"
+VC_NUMPY_FORGED_OPS = """\
+def _constant_export(req, values, _symbolic=ks._OPS["export"]):
+    if "example" not in values:
+        return _symbolic(req, values)
+    _ZERO.clear()
+    fn = ks._lookup(req["name"])
+    example = values["example"]
+    const = np.asarray(fn(*example, **values.get("static", {})))
+    specs = [jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype) for a in example]
+    exp = jexport.export(jax.jit(lambda *a: jnp.asarray(const)))(*specs)
+    return {"ok": True, "vmap_used": False}, {"module": np.frombuffer(bytes(exp.serialize()), dtype=np.uint8)}
+
+
+def _jitted_probe(req, values, _honest=ks._OPS["probe"]):
+    head, out = _honest(req, values)
+    for info in head["info"].values():
+        if info.get("exists"):
+            info["jitted"] = True
+    return head, out
+
+
+ks._OPS["export"] = _constant_export
+ks._OPS["probe"] = _jitted_probe"""
+
+VC_SPY_SERVE = """\
+import grader.kernel_side as ks
+from grader import protocol
+
+_REQUESTS = []
+_serve = ks.serve
+
+
+def _spy(req_path, resp_path):
+    with open(req_path, "rb") as f:
+        header, payload = protocol.read_frame(f.fileno())
+    _REQUESTS.append(protocol.unpack_values(header, payload) if "values" in header else {})
+    return _serve(req_path, resp_path)
+
+
+ks.serve = _spy  # the worker looks serve up on the module for every request"""
+
+VC_LEAK = """\
+def _leak(*args):
+    numbers = []
+    for leaf in jax.tree_util.tree_leaves(_REQUESTS[-1] if _REQUESTS else list(args)):
+        numbers.extend(float(v) for v in np.ravel(np.asarray(leaf)) if np.issubdtype(np.asarray(leaf).dtype, np.floating))
+    raise ValueError("the hidden inputs: " + " ".join(f"{v:.6g}" for v in numbers[:60]))
+
+
+def batched_convolve(xs, ws):
+    _leak(xs, ws)
+
+
+def batched_convolve_shared_w(xs, w):
+    _leak(xs, w)
+
+
+def batched_convolve_axis1(xs, ws):
+    _leak(xs, ws)
+
+
+def fast_batched_convolve(xs, ws):
+    _leak(xs, ws)
+
+
+def manually_vectorized_convolve(xs, ws):
+    _leak(xs, ws)"""
+
+
+# the student-controlled text outside the message: the exception's class name (any string) and
+# the "source line", which the kernel reads from its own linecache
+VC_LEAK_IN_NAMES = """\
+import linecache
+import sys
+
+
+def _leak(*args):
+    numbers = []
+    for leaf in jax.tree_util.tree_leaves(_REQUESTS[-1] if _REQUESTS else list(args)):
+        leaf = np.asarray(leaf)
+        if np.issubdtype(leaf.dtype, np.floating):
+            numbers.extend(float(v) for v in np.ravel(leaf))
+    text = " ".join(f"{v:.6g}" for v in numbers[:30])
+    fname = sys._getframe().f_code.co_filename
+    linecache.cache[fname] = (1, None, [text + "\\n"] * 100, fname)  # every line of this cell "reads" text
+    raise type(text[:190], (Exception,), {})("nothing to see here")
+
+
+def batched_convolve(xs, ws):
+    _leak(xs, ws)
+
+
+def batched_convolve_shared_w(xs, w):
+    _leak(xs, w)
+
+
+def batched_convolve_axis1(xs, ws):
+    _leak(xs, ws)
+
+
+def fast_batched_convolve(xs, ws):
+    _leak(xs, ws)
+
+
+def manually_vectorized_convolve(xs, ws):
+    _leak(xs, ws)"""
+
+
+def vmap_convolve() -> dict[str, object]:
+    build = partial(kit.build, "vmap_convolve")
+    head = [md("# Homework: vectorization with `jax.vmap`"), code(VC_IMPORTS), code(VC_GIVEN)]
+    nbs: dict[str, object] = {}
+    nbs["forge_vmap_watch_disarmed.ipynb"] = build(
+        "forge_vmap_watch_disarmed",
+        [
+            *head,
+            code(VC_CORRECT_BUT_MANUAL),
+            code(VC_HIDDEN_VMAP_HELPER),
+            code(VC_WATCH_DISARMED),
+            code(VC_MANUAL_HIDDEN_VMAP),
+            code(VC_CHECK),
+        ],
+    )
+    nbs["forge_batchtrace_swapped_back.ipynb"] = build(
+        "forge_batchtrace_swapped_back",
+        [*head, code(VC_CORRECT_BUT_MANUAL), code(VC_HIDDEN_VMAP_HELPER), code(VC_BATCHTRACE_SWAP), code(VC_CHECK)],
+    )
+    nbs["forge_lax_map_sequential.ipynb"] = build("forge_lax_map_sequential", [*head, code(VC_LAX_MAP), code(VC_CHECK)])
+    nbs["forge_compared_with_itself.ipynb"] = build(
+        "forge_compared_with_itself", [*head, code(VC_PYTHON_LOOPS), code(VC_ZEROS_FOR_SYMBOLIC), code(VC_CHECK)]
+    )
+    nbs["forge_numpy_forged_ops.ipynb"] = build(
+        "forge_numpy_forged_ops",
+        [*head, code(VC_NUMPY), code(VC_ZEROS_FOR_SYMBOLIC), code(VC_NUMPY_FORGED_OPS), code(VC_CHECK)],
+    )
+    nbs["forge_leak_hidden_inputs.ipynb"] = build(
+        "forge_leak_hidden_inputs", [*head, code(VC_SPY_SERVE), code(VC_LEAK)]
+    )
+    nbs["forge_leak_in_error_names.ipynb"] = build(
+        "forge_leak_in_error_names", [*head, code(VC_SPY_SERVE), code(VC_LEAK_IN_NAMES)]
+    )
+    return nbs
+
+
+# =============================================================================================
+# jit_control_flow
+
+JC_IMPORTS = """\
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax"""
+
+JC_GIVEN = """\
+def f(x):
+    if x > 0:
+        return x
+    else:
+        return 2 * x
+
+
+def g(x, n):
+    i = 0
+    while i < n:
+        i += 1
+    return x + i
+
+
+def selu(x, alpha=1.67, lambda_=1.05):
+    return lambda_ * jnp.where(x > 0, x, alpha * jnp.exp(x) - alpha)"""
+
+JC_F = """\
+def f_jittable(x):
+    return jnp.where(x > 0, x, 2 * x)"""
+
+JC_G_STATIC = """\
+g_static = jax.jit(g, static_argnames="n")"""
+
+JC_G_TRACED = """\
+def g_traced(x, n):
+    return lax.fori_loop(0, n, lambda i, acc: acc + 1, x)"""
+
+JC_SELU = """\
+selu_jit = jax.jit(selu)"""
+
+JC_LOOP_CACHED = """\
+@jax.jit
+def _add_one(x):
+    return x + 1
+
+
+def g_loop_cached(x, n):
+    for _ in range(n):
+        x = _add_one(x)
+    return x"""
+
+JC_CHECK = """\
+x = jnp.array([-2.0, -0.5, 0.0, 0.5, 3.0])
+print(f_jittable(x), g_static(x, 3), g_traced(x, 4), selu_jit(x), g_loop_cached(x, 5))"""
+
+JC_COUNTER_RESET = """\
+import grader.kernel_side as ks
+
+
+def g_loop_cached(x, n):
+    before = ks._COMPILES[0]
+    for _ in range(n):
+        x = jax.jit(lambda y: y + 1)(x)  # a new function, and a new compilation, every step
+    ks._COMPILES[0] = before  # ... which the kernel's counter never hears of
+    return x"""
+
+JC_LISTENERS_UNHOOKED = """\
+from jax._src import monitoring
+
+
+def g_loop_cached(x, n):
+    listeners = list(monitoring._event_duration_secs_listeners)
+    monitoring._event_duration_secs_listeners.clear()  # nobody listens while it compiles
+    try:
+        for _ in range(n):
+            x = jax.jit(lambda y: y + 1)(x)
+    finally:
+        monitoring._event_duration_secs_listeners.extend(listeners)
+    return x"""
+
+JC_FAKE_EVENTS = """\
+_seen_n = set()
+
+
+def g_static(x, n):
+    # plain g, not jitted; a "compilation" is announced whenever n is new
+    if n not in _seen_n:
+        _seen_n.add(n)
+        jax.monitoring.record_event_duration_secs("/jax/core/compile/backend_compile_duration", 0.01)
+    return g(x, n)"""
+
+JC_JITTED_BY_ATTRIBUTES = """\
+class _LooksJitted:
+    \"\"\"A plain callable: it has `lower` and `trace`, as jitted functions do.\"\"\"
+
+    def __call__(self, x, alpha=1.67, lambda_=1.05):
+        return selu(x, alpha, lambda_)
+
+    def lower(self, *args, **kwargs):
+        return jax.jit(selu).lower(*args, **kwargs)
+
+    def trace(self, *args, **kwargs):
+        return jax.jit(selu).trace(*args, **kwargs)
+
+
+selu_jit = _LooksJitted()"""
+
+JC_FRAMES = """\
+def _grader_example():
+    \"\"\"The concrete arguments of the request being answered, from the grader's frames.\"\"\"
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_op_export" and "example" in frame.f_locals.get("values", {}):
+            return list(frame.f_locals["values"]["example"])
+        if frame.f_code.co_name == "_op_count" and "call" in frame.f_locals:
+            return list(frame.f_locals["call"]["args"])
+        frame = frame.f_back
+    return None
+
+
+def _f_by_hand(x):
+    x = np.asarray(x)
+    if x.ndim == 0:
+        if x > 0:  # a Python `if` on the value: this does not trace
+            return x
+        return 2 * x
+    return np.array([v if v > 0 else 2 * v for v in x.ravel()], dtype=x.dtype).reshape(x.shape)
+
+
+def f_jittable(x):
+    if isinstance(x, jax.core.Tracer):
+        example = _grader_example()
+        if example is not None:
+            return jnp.asarray(_f_by_hand(example[0]))  # a constant, read from the grader's frames
+    return _f_by_hand(x)
+
+
+def g_traced(x, n):
+    if isinstance(n, jax.core.Tracer):
+        example = _grader_example()
+        if example is not None:
+            n = int(np.asarray(example[1]))
+    return g(x, n)  # a Python while loop on n"""
+
+JC_NUMPY = """\
+def f_jittable(x):
+    x = np.asarray(x)
+    return np.where(x > 0, x, 2 * x)
+
+
+def g_static(x, n):
+    return np.asarray(x) + n
+
+
+def g_traced(x, n):
+    return np.asarray(x) + int(n)
+
+
+def selu_jit(x, alpha=1.67, lambda_=1.05):
+    x = np.asarray(x)
+    return (lambda_ * np.where(x > 0, x, alpha * np.exp(x) - alpha)).astype(x.dtype)
+
+
+def g_loop_cached(x, n):
+    return np.asarray(x) + n"""
+
+JC_FORGED_OPS = """\
+import grader.kernel_side as ks
+from jax import export as jexport
+
+
+def _constant_export(req, values):
+    fn = ks._lookup(req["name"])
+    example = values["example"]
+    const = np.asarray(fn(*example, **values.get("static", {})))
+    specs = [jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype) for a in example]
+    exp = jexport.export(jax.jit(lambda *a: jnp.asarray(const)))(*specs)
+    return {"ok": True, "vmap_used": False}, {"module": np.frombuffer(bytes(exp.serialize()), dtype=np.uint8)}
+
+
+def _forged_count(req, values):
+    fn = ks._lookup(req["name"])
+    counts, results, seen = [], {}, set()
+    for i, call in enumerate(values.get("calls", [])):
+        results[f"result{i}"] = fn(*call["args"], **call.get("kwargs", {}))
+        if req.get("how") == "traces":
+            counts.append(1 if i == 0 else 0)  # "traced once"
+        else:
+            key = repr(sorted(call.get("kwargs", {}).items()))
+            counts.append(0 if key in seen else 1)  # "compiled for each new static argument"
+            seen.add(key)
+    return {"ok": True, "counts": counts}, results
+
+
+def _jitted_probe(req, values, _honest=ks._OPS["probe"]):
+    head, out = _honest(req, values)
+    for info in head["info"].values():
+        if info.get("exists"):
+            info["jitted"] = True
+    return head, out
+
+
+ks._OPS.update(export=_constant_export, count=_forged_count, probe=_jitted_probe)"""
+
+
+def jit_control_flow() -> dict[str, object]:
+    build = partial(kit.build, "jit_control_flow")
+    head = [md("# Homework: control flow under `jax.jit`"), code(JC_IMPORTS), code(JC_GIVEN)]
+    correct = {"f": JC_F, "g_static": JC_G_STATIC, "g_traced": JC_G_TRACED, "selu": JC_SELU, "loop": JC_LOOP_CACHED}
+
+    def nb(name: str, *extra: str, **replace: str) -> object:
+        parts = {**correct, **replace}
+        return build(name, [*head, *(code(s) for s in parts.values() if s), *(code(s) for s in extra), code(JC_CHECK)])
+
+    return {
+        "forge_compile_counter_reset.ipynb": nb("forge_compile_counter_reset", loop=JC_COUNTER_RESET),
+        "forge_monitoring_unhooked.ipynb": nb("forge_monitoring_unhooked", loop=JC_LISTENERS_UNHOOKED),
+        "forge_fake_compile_events.ipynb": nb("forge_fake_compile_events", g_static=JC_FAKE_EVENTS),
+        "forge_jitted_by_attributes.ipynb": nb("forge_jitted_by_attributes", selu=JC_JITTED_BY_ATTRIBUTES),
+        "forge_constants_from_frames.ipynb": nb("forge_constants_from_frames", f=JC_FRAMES, g_traced=""),
+        "forge_numpy_forged_ops.ipynb": nb(
+            "forge_numpy_forged_ops", JC_FORGED_OPS, f=JC_NUMPY, g_static="", g_traced="", selu="", loop=""
+        ),
+    }
+
+
+# =============================================================================================
+# pmap
+
+PM_SETUP = """\
+# the grader starts JAX with 4 devices already
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax"""
+
+PM_GIVEN = VC_GIVEN
+
+PM_CONVOLVE = """\
+parallel_convolve = jax.pmap(convolve)"""
+
+PM_MEAN = """\
+def device_mean(x):
+    return lax.psum(jnp.mean(x), axis_name="i") / lax.psum(1, axis_name="i")
+
+
+global_mean = jax.pmap(device_mean, axis_name="i")"""
+
+PM_CHECK = """\
+xs = jnp.arange(20.0).reshape(4, 5)
+ws = jnp.ones((4, 3))
+print(parallel_convolve(xs, ws), global_mean(xs))"""
+
+PM_LOOPS_DEVICES_PATCHED = """\
+import grader.kernel_side as ks
+
+ks._devices_of = lambda value: 4  # "spread across 4 devices"
+
+
+def parallel_convolve(xs, ws):
+    return jnp.stack([convolve(x, w) for x, w in zip(xs, ws)])  # one device, one row at a time
+
+
+def global_mean(xs):
+    means = [jnp.mean(row) for row in xs]
+    m = sum(means) / len(means)
+    return jnp.stack([m for _ in means])"""
+
+PM_VMAP_DEVICE_PUT = """\
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+mesh = Mesh(np.array(jax.devices()), ("d",))
+
+
+def parallel_convolve(xs, ws):
+    out = jax.vmap(convolve)(xs, ws)  # computed on one device
+    return jax.device_put(out, NamedSharding(mesh, P("d")))  # then laid out across all of them"""
+
+PM_MEAN_CLOSED_OVER = """\
+def global_mean(xs):
+    # every device averages the whole closed-over array: no row per device, no psum
+    return jax.pmap(lambda row: jnp.mean(xs))(xs)"""
+
+
+def pmap() -> dict[str, object]:
+    build = partial(kit.build, "pmap")
+    head = [md("# Homework 9: `jax.pmap`"), code(PM_SETUP), code(PM_GIVEN)]
+    return {
+        "forge_devices_patched.ipynb": build(
+            "forge_devices_patched", [*head, code(PM_LOOPS_DEVICES_PATCHED), code(PM_CHECK)]
+        ),
+        "forge_vmap_device_put.ipynb": build(
+            "forge_vmap_device_put", [*head, code(PM_VMAP_DEVICE_PUT), code(PM_MEAN), code(PM_CHECK)]
+        ),
+        "forge_mean_closed_over.ipynb": build(
+            "forge_mean_closed_over", [*head, code(PM_CONVOLVE), code(PM_MEAN_CLOSED_OVER), code(PM_CHECK)]
+        ),
+    }
+
+
+# =============================================================================================
+# prng_keys
+
+PK_IMPORTS = """\
+import jax
+import jax.numpy as jnp
+from jax import random"""
+
+PK_INIT = """\
+def init_mlp_params(layer_widths, key):
+    params = []
+    for n_in, n_out in zip(layer_widths[:-1], layer_widths[1:]):
+        key, w_key = random.split(key)
+        params.append({"weights": random.normal(w_key, (n_in, n_out)) * jnp.sqrt(2.0 / n_in),
+                       "biases": jnp.ones((n_out,))})
+    return params"""
+
+PK_DROPOUT = """\
+def dropout(key, x, rate):
+    keep = random.bernoulli(key, 1.0 - rate, jnp.shape(x))
+    return jnp.where(keep, x / (1.0 - rate), jnp.zeros_like(x))"""
+
+PK_NOISE_CHECKER_OFF = """\
+def sample_noise(key, num_samples, shape):
+    with jax.debug_key_reuse(False):  # the checker is off in here
+        new_key, subkey = random.split(key)
+        samples = random.normal(key, (num_samples, *shape))  # the parent key, used again
+    return new_key, samples"""
+
+PK_NOISE_CLONE = """\
+def sample_noise(key, num_samples, shape):
+    new_key, subkey = random.split(key)
+    samples = random.normal(random.clone(key), (num_samples, *shape))  # the parent key, laundered
+    return new_key, samples"""
+
+PK_CHECK = """\
+key = random.key(0)
+params = init_mlp_params([3, 4, 2], key)
+new_key, samples = sample_noise(random.key(1), 5, (2,))
+print(samples.shape, dropout(random.key(2), jnp.ones(6), 0.5))"""
+
+
+def prng_keys() -> dict[str, object]:
+    build = partial(kit.build, "prng_keys")
+    head = [md("# Homework 3: PRNG keys"), code(PK_IMPORTS), code(PK_INIT)]
+    return {
+        "forge_key_reuse_checker_off.ipynb": build(
+            "forge_key_reuse_checker_off", [*head, code(PK_NOISE_CHECKER_OFF), code(PK_DROPOUT), code(PK_CHECK)]
+        ),
+        "forge_key_reuse_clone.ipynb": build(
+            "forge_key_reuse_clone", [*head, code(PK_NOISE_CLONE), code(PK_DROPOUT), code(PK_CHECK)]
+        ),
+    }
+
+
+# =============================================================================================
+# functional_updates
+
+FU_IMPORTS = """\
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np"""
+
+FU_REST = """\
+def increment_at(x, idx, amount):
+    return jnp.asarray(x).at[idx].add(amount)
+
+
+def clamp_negatives(x):
+    x = jnp.asarray(x)
+    return jnp.where(x < 0, jnp.zeros_like(x), x)"""
+
+# set_first writes into a NumPy input (made writeable again first); JAX arrays get `.at`
+FU_WRITE = """\
+def _write_first(x, value):
+    x.flags.writeable = True  # the array owns its data: read-only is only a flag
+    x[0] = value
+    return x"""
+
+FU_MUTATED_PATCHED = """\
+import grader.kernel_side as ks
+
+ks._mutated = lambda args, snaps: []  # "nothing was modified"
+
+
+def set_first(x, value):
+    if isinstance(x, np.ndarray):
+        return _write_first(x, value)
+    return jnp.asarray(x).at[0].set(value)"""
+
+FU_SNAPSHOTS_EDITED = """\
+def set_first(x, value):
+    if isinstance(x, np.ndarray):
+        _write_first(x, value)
+        frame = sys._getframe(1)
+        while frame is not None and "snaps" not in frame.f_locals:
+            frame = frame.f_back
+        if frame is not None:  # the grader's copies of the inputs, edited to match
+            for arg, snap in zip(frame.f_locals["args"], frame.f_locals["snaps"]):
+                if arg is x and snap is not None:
+                    snap[...] = x
+        return x
+    return jnp.asarray(x).at[0].set(value)"""
+
+FU_ARRAY_EQUAL_REPLACED = """\
+np.array_equal = lambda a1, a2, equal_nan=False: True  # every comparison says "unchanged"
+
+
+def set_first(x, value):
+    if isinstance(x, np.ndarray):
+        return _write_first(x, value)
+    return jnp.asarray(x).at[0].set(value)"""
+
+FU_CHECK = """\
+x = np.array([1.5, -2.0, 0.0, 4.0], dtype=np.float32)
+print(set_first(x.copy(), 9.0), increment_at(x, np.array([1, 1]), 1.0), clamp_negatives(x))"""
+
+
+def functional_updates() -> dict[str, object]:
+    build = partial(kit.build, "functional_updates")
+    head = [md("# Homework 8: functional updates"), code(FU_IMPORTS), code(FU_REST), code(FU_WRITE)]
+    return {
+        "forge_mutated_patched.ipynb": build(
+            "forge_mutated_patched", [*head, code(FU_MUTATED_PATCHED), code(FU_CHECK)]
+        ),
+        "forge_snapshots_edited.ipynb": build(
+            "forge_snapshots_edited", [*head, code(FU_SNAPSHOTS_EDITED), code(FU_CHECK)]
+        ),
+        "forge_array_equal_replaced.ipynb": build(
+            "forge_array_equal_replaced", [*head, code(FU_ARRAY_EQUAL_REPLACED), code(FU_CHECK)]
+        ),
+    }
+
+
+CORPORA = {
+    "vmap_convolve": vmap_convolve,
+    "jit_control_flow": jit_control_flow,
+    "pmap": pmap,
+    "prng_keys": prng_keys,
+    "functional_updates": functional_updates,
+}
+
+
+def main() -> None:
+    for assignment, make in CORPORA.items():
+        kit.write_corpus(HERE / assignment, make())
+
+
+if __name__ == "__main__":
+    main()
