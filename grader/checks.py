@@ -18,7 +18,7 @@ import numpy as np
 from grader.hints import hint_for
 from grader.notebook import fresh_jit_in_loop, mentions
 from grader.protocol import PRNGKeyData
-from grader.session import StudentRaised, SubmissionError, error_cause
+from grader.session import ExportResult, StudentRaised, SubmissionError, error_cause
 
 
 class CheckFailure(AssertionError):
@@ -304,12 +304,13 @@ def check_jit(
     expected: Any = None,
     reference: Any = None,
     accept: Callable[..., None] | None = None,
-) -> None:
+) -> ExportResult:
     """``name`` traces under ``jax.jit`` from the shapes and dtypes of ``args`` (arrays, numbers
     or pytrees of them; no value reaches the sandbox), and the compiled module, run in the
     evaluator on ``args``, gives ``expected``, else ``reference(*args)``, else passes
     ``accept(result, *args)``.  Like every property test, it counts only for a function that
-    works: wrong numbers fail it too (see "Crashes and wrong numbers" in the README)."""
+    works: wrong numbers fail it too (see "Crashes and wrong numbers" in the README).  Returns the
+    exported module, for a test that runs it on more inputs."""
     args = tuple(args)
     try:
         exp = submission.export(name, static=static, example=args)
@@ -327,6 +328,7 @@ def check_jit(
         trusted(got)
     except CheckFailure as exc:
         raise _wrong_numbers(submission, name, args, static, exc, "the compiled function", trusted) from None
+    return exp
 
 
 def check_vectorized(

@@ -9,6 +9,7 @@ nothing printed by anyone is ever read.
 
 from __future__ import annotations
 
+import difflib
 import time
 import zlib
 from collections import Counter
@@ -83,28 +84,30 @@ _SCRUBBED = "[…]"
 
 
 def scrub(text: str, said: list[str]) -> str:
-    """``text`` without any piece (of at least a few characters) of what the sandbox said: every
-    line of it, also cut short, wherever a check quoted it."""
-    pieces: set[str] = set()
+    """``text`` without any piece (of at least a few characters) of what the sandbox said, wherever
+    and however a check quoted it: whole lines, lines cut short, stripped or joined."""
+    spans: list[tuple[int, int]] = []
     for chunk in said:
         for line in str(chunk).splitlines() or [str(chunk)]:
             line = line.strip()
             if len(line) < _SCRUB_MIN:
                 continue
-            pieces.add(line)
-            # the longest prefix of the line that the text quotes (checks cut lines short)
-            lo, hi = _SCRUB_MIN, len(line)
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                if line[:mid] in text:
-                    lo = mid
-                else:
-                    hi = mid - 1
-            if line[:lo] in text:
-                pieces.add(line[:lo])
-    for piece in sorted(pieces, key=len, reverse=True):
-        text = text.replace(piece, _SCRUBBED)
-    return text
+            matcher = difflib.SequenceMatcher(None, text, line, autojunk=False)
+            spans.extend((m.a, m.a + m.size) for m in matcher.get_matching_blocks() if m.size >= _SCRUB_MIN)
+    if not spans:
+        return text
+    out, at = [], 0
+    for start, end in sorted(spans):
+        if end <= at:
+            continue
+        if start > at:
+            out.append(text[at:start])
+            out.append(_SCRUBBED)
+        elif not out or out[-1] != _SCRUBBED:
+            out.append(_SCRUBBED)
+        at = max(at, end)
+    out.append(text[at:])
+    return "".join(out)
 
 
 class GradingPlugin:

@@ -74,7 +74,7 @@ TEACHING = [
     (
         "g_static_not_jitted.ipynb",
         "test_g_static_recompiles_only_for_new_n",
-        ["did not compile again"],
+        ["not itself a jax.jit-compiled function", "new compiled program"],
         ["static_argnames"],
     ),
 ]

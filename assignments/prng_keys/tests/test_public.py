@@ -94,11 +94,20 @@ def test_dropout_under_jit(submission):
     """dropout works under jax.jit with rate static (a legacy key, as jax.random.PRNGKey(6)), and
     the compiled function keeps or zeroes each entry: x / (1 - rate), or 0."""
 
+    masks = []
+
     def kept_or_zeroed(y, key, x):
         assert np.shape(y) == x.shape, f"jax.jit(dropout): expected shape {x.shape}, got {np.shape(y)}"
         kept = np.asarray(y) != 0
         assert_close(np.asarray(y)[kept], 2 * x[kept], name="jax.jit(dropout): the kept entries (x / (1 - rate))")
+        masks.append(kept)
 
-    check_jit(
+    exp = check_jit(
         submission, "dropout", (np.array([0, 6], dtype=np.uint32), X), static={"rate": 0.5}, accept=kept_or_zeroed
+    )
+    other, _ = submission.evaluate("dropout", exp.module, np.array([0, 7], dtype=np.uint32), X)
+    # 20 entries: two keys give the same mask with probability 2^-20
+    assert not np.array_equal(np.asarray(other) != 0, masks[0]), (
+        "jax.jit(dropout) gave the same mask for the keys PRNGKey(6) and PRNGKey(7): its randomness was fixed "
+        "when it was traced (numpy.random?); draw the mask with jax.random and the key argument"
     )

@@ -641,15 +641,19 @@ def test_dropout_statistics(submission, rng, rate):
 
 @pytest.mark.category("jit")
 @pytest.mark.points(3)
-# (1, 64): a batch of one row. Enough entries that a mask fixed at trace time (numpy.random)
-# disagrees with the eager one except with probability (0.25^2 + 0.75^2)^64 < 1e-13.
+# (1, 64): a batch of one row. Enough entries that the compiled function's masks for two keys
+# agree (a mask fixed at trace time: numpy.random) only with probability (0.25^2 + 0.75^2)^64 < 1e-13.
 @pytest.mark.parametrize("rate,shape", [(0.25, (1, 64)), (0.6, (32, 48))], ids=["one-row", "matrix"])
 def test_dropout_under_jit(submission, rng, rate, shape):
     """dropout compiles under jax.jit (key and x traced, rate static), and the compiled function
-    is a dropout: each entry is x / (1 - rate) or 0, and about `rate` of them are 0."""
+    is a dropout: each entry is x / (1 - rate) or 0, about `rate` of them are 0, and another key
+    gives another mask."""
+
+    masks = []
 
     def is_dropout(y, key, x):
         y = np.asarray(y)
+        masks.append(y != 0)
         if y.shape != x.shape:
             raise CheckFailure(f"jax.jit(dropout): expected shape {x.shape}, got {y.shape}")
         kept = y != 0
@@ -661,9 +665,18 @@ def test_dropout_under_jit(submission, rng, rate, shape):
                 f"jax.jit(dropout) with rate={rate} zeroed {zeros} of {n} entries; about {n * rate:.0f} expected"
             )
 
-    check_jit(
-        submission, "dropout", (legacy_key(rng), nonzero_normal(rng, shape)), static={"rate": rate}, accept=is_dropout
-    )
+    x = nonzero_normal(rng, shape)
+    exp = check_jit(submission, "dropout", (legacy_key(rng), x), static={"rate": rate}, accept=is_dropout)
+    other, _ = submission.evaluate("dropout", exp.module, legacy_key(rng), x)
+    is_dropout(other, None, x)
+    # independent masks of 64 or more entries agree with probability below (0.25^2 + 0.75^2)^64 < 1e-13
+    if np.array_equal(masks[0], masks[1]):
+        raise CheckFailure(
+            f"jax.jit(dropout) with rate={rate} gave the same mask for two different keys: its randomness "
+            "was fixed when it was traced",
+            "Draw the mask with jax.random and the key argument (`jax.random.bernoulli(key, 1 - rate, x.shape)`); "
+            "numpy.random runs once, while tracing, and its numbers become constants.",
+        )
 
 
 # --------------------------------------------------------------------------- purity (4)
