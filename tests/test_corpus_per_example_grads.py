@@ -62,7 +62,7 @@ TEACHING = [
     (
         "batch_grad_sum_not_mean.ipynb",
         "test_mean_of_per_example_grads_is_batch_grad[48-9]",
-        ["mean of per_example_grads", "batch_grad"],
+        ["batch_grad(params, xs, ys)", "gradient of the mean loss"],
         ["mean of the gradients"],
     ),
     (
@@ -85,6 +85,16 @@ def test_repeated_batch_gradient_passes_only_the_mean_check(graded: dict[str, An
             "test_per_example_grads_numerics[1-"
         ):
             assert t.status == "failed", harness.explain(record)
+
+
+def test_consistency_failure_blames_the_wrong_function(graded: dict[str, Any]) -> None:
+    """With a wrong batch_grad and right per-example gradients, the consistency test names
+    batch_grad, not the correct per_example_grads."""
+    test = harness.find_test(
+        graded["batch_grad_sum_not_mean.ipynb"], "test_mean_of_per_example_grads_is_batch_grad[6-4]"
+    )
+    assert test.status == "failed" and "batch_grad(params, xs, ys)" in test.message
+    assert "per_example_grads over the batch" not in test.message and "Row b" not in test.hint
 
 
 test_failures_teach = harness.teaching_test(TEACHING)

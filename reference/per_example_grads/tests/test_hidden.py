@@ -67,8 +67,9 @@ def test_batch_grad_numerics(submission, reference, rng, B, P):
 @pytest.mark.category("numerics")
 @pytest.mark.points(2)
 @pytest.mark.parametrize("B,P", [(6, 4), (48, 9)])
-def test_mean_of_per_example_grads_is_batch_grad(submission, rng, B, P):
-    """The mean over the batch of the per-example gradients equals batch_grad."""
+def test_mean_of_per_example_grads_is_batch_grad(submission, reference, rng, B, P):
+    """The mean over the batch of the per-example gradients equals batch_grad. Each side is
+    first compared with the reference, so the message blames the one that is wrong."""
     params, xs, ys = make_args(rng, B, P)
     per_example = call(submission, "per_example_grads", params, xs, ys)
     if not isinstance(per_example, np.ndarray) or per_example.shape != (B, P):
@@ -77,15 +78,33 @@ def test_mean_of_per_example_grads_is_batch_grad(submission, rng, B, P):
             f"per_example_grads(params, xs, ys) with B={B}, P={P} returned {what}, not shape (B, P) = ({B}, {P})",
             "One gradient per example: map jax.grad(loss_fn) over the rows of xs and ys, not over params.",
         )
+    want = reference.batch_grad(params, xs, ys)
     mean = per_example.astype(np.float64).mean(axis=0).astype(per_example.dtype)
-    try:
-        assert_close(mean, submission.batch_grad(params, xs, ys), name="mean of per_example_grads over the batch")
-    except CheckFailure as exc:
-        raise CheckFailure(
-            f"{exc.message} — compared with batch_grad(params, xs, ys) (B={B}, P={P})",
+    wrong = []
+    for label, value, hint in (
+        (
+            "the mean of per_example_grads over the batch",
+            mean,
+            "Row b of per_example_grads is jax.grad(loss_fn)(params, xs[b], ys[b]): map over the rows of "
+            "xs and ys only (in_axes=(None, 0, 0)).",
+        ),
+        (
+            "batch_grad(params, xs, ys)",
+            call(submission, "batch_grad", params, xs, ys),
             "The gradient of a mean is the mean of the gradients: batch_grad differentiates the loss "
             "averaged over the batch (loss_fn on the whole batch already averages).",
-        ) from None
+        ),
+    ):
+        try:
+            assert_close(value, want, name=label)
+        except CheckFailure as exc:
+            wrong.append((exc.message, hint))
+    if wrong:
+        raise CheckFailure(
+            "; ".join(message for message, _ in wrong)
+            + f" — compared with the gradient of the mean loss over the batch (B={B}, P={P})",
+            " ".join(hint for _, hint in wrong),
+        )
 
 
 # --------------------------------------------------------------------------- vectorization (5)
