@@ -8,17 +8,22 @@ validated data (see :mod:`grader.protocol`); references may be JAX arrays.
 from __future__ import annotations
 
 import contextlib
-import contextvars
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from grader.hints import hint_for
-from grader.notebook import fresh_jit_in_loop, mentions
+from grader.notebook import fresh_jit_in_body, fresh_jit_in_loop, mentions
 from grader.protocol import PRNGKeyData
-from grader.session import ExportResult, StudentRaised, SubmissionError, error_cause
+from grader.session import (
+    STUDENT_TEXT_SHOWN,
+    ExportResult,
+    StudentRaised,
+    SubmissionError,
+    error_cause,
+    showing_student_text,
+)
 
 
 class CheckFailure(AssertionError):
@@ -65,24 +70,20 @@ def _plain(x: Any) -> Any:
     return x
 
 
-#: Whether failure messages may quote values the student's code returned.  Off while a hidden
-#: test runs (the grading plugin sets it): a returned value can carry the hidden inputs.
-_QUOTE_ACTUAL: contextvars.ContextVar[bool] = contextvars.ContextVar("jaxgrade_quote_actual", default=True)
+def quoting_actual_values(allowed: bool) -> contextlib.AbstractContextManager[None]:
+    """Within the block, messages quote returned values and the sandbox's text only if ``allowed``
+    (the grading plugin turns it off while a hidden test runs)."""
+    return showing_student_text(allowed)
 
 
-@contextlib.contextmanager
-def quoting_actual_values(allowed: bool) -> Iterator[None]:
-    """Within the block, messages quote returned values only if ``allowed``."""
-    token = _QUOTE_ACTUAL.set(allowed)
-    try:
-        yield
-    finally:
-        _QUOTE_ACTUAL.reset(token)
+def quoted(text: str, instead: str = "…") -> str:
+    """``text`` (built from what the student's code returned) where it may be shown, else ``instead``."""
+    return text if STUDENT_TEXT_SHOWN.get() else instead
 
 
 def _got(value: Any) -> str:
     """``got <value>`` where returned values may be quoted; else nothing."""
-    return f"got {value!r}, " if _QUOTE_ACTUAL.get() else ""
+    return f"got {value!r}, " if STUDENT_TEXT_SHOWN.get() else ""
 
 
 def _describe(x: Any) -> str:
@@ -91,8 +92,8 @@ def _describe(x: Any) -> str:
     if isinstance(x, (list, tuple)):
         return f"a {type(x).__name__} of length {len(x)}"
     if isinstance(x, dict):
-        return f"a dict with keys {sorted(map(str, x))}" if _QUOTE_ACTUAL.get() else f"a dict with {len(x)} keys"
-    return f"{type(x).__name__} {x!r}"[:200] if _QUOTE_ACTUAL.get() else f"a {type(x).__name__}"
+        return f"a dict with keys {sorted(map(str, x))}" if STUDENT_TEXT_SHOWN.get() else f"a dict with {len(x)} keys"
+    return f"{type(x).__name__} {x!r}"[:200] if STUDENT_TEXT_SHOWN.get() else f"a {type(x).__name__}"
 
 
 def assert_close(
@@ -117,7 +118,7 @@ def _close(actual: Any, expected: Any, path: str, rtol: float | None, atol: floa
             )
         if set(actual) != set(expected):
             missing, extra = sorted(set(expected) - set(actual)), sorted(set(actual) - set(expected))
-            if not _QUOTE_ACTUAL.get():
+            if not STUDENT_TEXT_SHOWN.get():
                 extra = [f"{len(extra)} other key(s)"] if extra else []
             raise CheckFailure(f"{path}: dict keys differ (missing {missing}, unexpected {extra})")
         for k in expected:
@@ -150,7 +151,7 @@ def _close(actual: Any, expected: Any, path: str, rtol: float | None, atol: floa
         raise CheckFailure(f"{path}: not an array")
     if act.shape != exp.shape:
         raise CheckFailure(
-            f"{path}: shape {act.shape} differs from the expected shape {exp.shape}",
+            f"{path}: shape {_shape_text(act.shape)} differs from the expected shape {exp.shape}",
             _shape_hint(act.shape, exp.shape),
         )
     ek, ak = exp.dtype.kind, act.dtype.kind
@@ -188,11 +189,19 @@ def _close(actual: Any, expected: Any, path: str, rtol: float | None, atol: floa
             f"{path}: {int(bad.sum())} of {bad.size} values differ (rtol={r:g}, atol={a:.3g}); "
             + (
                 f"largest error {float(np.real(err_for_max[idx])):.4g} at index {idx}: "
-                if _QUOTE_ACTUAL.get()
+                if STUDENT_TEXT_SHOWN.get()
                 else f"at index {idx}: "
             )
             + f"{_got(act[idx])}expected {exp[idx]!r}"
         )
+
+
+def _shape_text(shape: tuple[int, ...]) -> str:
+    """A returned array's shape, for a message: a zero-size array can have any shape, so in a
+    hidden test a shape with a huge dimension is not spelled out (it could carry data)."""
+    if STUDENT_TEXT_SHOWN.get() or (len(shape) <= 8 and all(d <= 4096 for d in shape)):
+        return str(shape)
+    return f"(a shape of {len(shape)} dimensions)"
 
 
 def _shape_hint(got: tuple[int, ...], want: tuple[int, ...]) -> str:
@@ -243,7 +252,7 @@ def _wrong_numbers(
     try:
         trusted(submission.call(name, *args, **(static or {})).value)
         eager_right = True
-    except (SubmissionError, CheckFailure):
+    except Exception:  # only the explanation depends on it: any failure means "not right"
         eager_right = False
     if eager_right:
         return CheckFailure(
@@ -266,7 +275,7 @@ def _raised(exc: StudentRaised, what: str) -> tuple[str, str]:
     cause = error_cause(exc.evalue)
     return (
         f"{what}: {exc.ename}{' at ' + loc if loc else ''}" + (f": {cause}" if cause else ""),
-        exc.hint or hint_for(exc.ename, exc.evalue, exc.location),
+        exc.taught(),
     )
 
 
@@ -282,8 +291,7 @@ _LOOP_OVER_BATCH = (
 def _batch_trace_failure(name: str, exc: StudentRaised) -> CheckFailure:
     """Why ``name`` could not be traced for a symbolic batch size, with the hint its error calls
     for: a loop over the batch is a vectorization failure; any other error is named as it is."""
-    text = f"{exc.ename}: {exc.evalue}"
-    if exc.ename == "InconclusiveDimensionOperation" or any(m in text for m in _LOOP_OVER_BATCH):
+    if exc.ename == "InconclusiveDimensionOperation" or any(exc.says(m) for m in _LOOP_OVER_BATCH):
         loc = exc.location.describe() if exc.location else ""
         return CheckFailure(
             f"`{name}` is not vectorized over the batch: it cannot be traced for a symbolic batch size "
@@ -386,7 +394,8 @@ def _no_batch_loops(name: str, analysis: dict[str, Any]) -> None:
     if loops:
         raise CheckFailure(
             f"`{name}` loops over the batch: its compiled code has {loops} loop{'s' if loops > 1 else ''} "
-            "whose length is the batch size (lax.map/lax.scan/fori_loop over the batch is sequential)",
+            "whose length depends on the batch size or on the inputs (lax.map/lax.scan/fori_loop over the "
+            "batch run one example after another)",
             "Compute every example at once: `jax.vmap` the per-example function, or use array "
             "operations on the whole batch (slicing, broadcasting, `jnp.einsum`).",
         )
@@ -403,16 +412,20 @@ def check_pure(
     """Repeated calls agree exactly (and, given a ``reference``, each equals its result, which a
     function with hidden state cannot fake without being right every time), NumPy inputs are not
     modified, and the compiled function has no host callbacks (``jax.debug.print``/``callback``).
+    The function's source, read on the trusted side, must not assign into an argument either.
 
     With ``readonly`` (the default) the sandbox hands the function NumPy arrays that the operating
     system maps read-only: a write into them raises, and no flag makes them writable again. With
     ``readonly=False`` the arrays are writable, and whether they changed is what the sandbox
     reports (see SECURITY.md: that observation is the student's kernel's)."""
     args = tuple(args)
+    written = submission.writes_into_arguments(name) if hasattr(type(submission), "writes_into_arguments") else ""
+    if written:
+        raise CheckFailure(f"`{name}` writes into its input argument: `{written[:120]}`", _PURE_INPUTS_HINT)
     try:
         res = submission.call(name, *args, repeat=2, readonly=readonly)
     except StudentRaised as exc:
-        if readonly and ("read-only" in exc.evalue or "WRITEABLE" in exc.evalue):
+        if readonly and (exc.says("read-only") or exc.says("WRITEABLE")):
             message, _ = _raised(exc, f"`{name}` writes into its input arguments (they were read-only)")
             raise CheckFailure(message, _PURE_INPUTS_HINT) from None
         raise
@@ -448,10 +461,10 @@ def check_pure(
     try:
         submission.export(name, example=args)
     except StudentRaised as exc:
-        if "host_callback" in exc.evalue or "callback" in exc.ename.lower():
+        if exc.says("host_callback") or "callback" in exc.ename.lower():
             raise CheckFailure(
                 f"`{name}` calls back into Python from compiled code ({exc.ename})",
-                hint_for(exc.ename, exc.evalue, exc.location),
+                exc.taught(),
             ) from None
     except SubmissionError:
         pass  # tracing problems belong to the jit category
@@ -475,8 +488,22 @@ def check_is_jitted(
     the shapes of ``args`` (under our own ``jax.jit``): its body must be a single call of a
     jitted function whose results it returns (``whole_call``), which a plain function, or an
     object that only looks jitted (``lower``/``trace`` attributes), cannot produce.  The module
-    must also run and give ``expected`` (or ``reference(*args)``) on ``args``."""
+    must also run and give ``expected`` (or ``reference(*args)``) on ``args``.  A function that
+    makes a new ``jax.jit(lambda ...)`` on every call (its notebook source, read on the trusted
+    side) is not one: it compiles on every call."""
     args = tuple(args)
+    reachable = (
+        submission.reachable_sources(name)
+        if hasattr(type(submission), "reachable_sources")
+        else submission.sources(name)
+    )
+    fresh = fresh_jit_in_body(reachable)
+    if fresh:
+        raise CheckFailure(
+            f"`{name}` makes a new jitted function every time it is called (`{fresh[:120]}`): it compiles on "
+            "every call, so it is not a jax.jit-compiled function",
+            f"Jit once, outside: `{name} = jax.jit(...)`, or decorate the function with `@jax.jit`.",
+        )
     try:
         exp = submission.export(name, static=static, example=args)
     except StudentRaised as exc:
@@ -500,7 +527,11 @@ def check_no_vmap(submission: Any, name: str, args: tuple[Any, ...] | list[Any])
     in its locations), and neither its source nor any notebook definition it names mentions
     ``vmap``.  A student who forges this must hand over a module without ``vmap`` in it."""
     args = tuple(args)
-    reachable = getattr(submission, "reachable_sources", submission.sources)(name)
+    reachable = (
+        submission.reachable_sources(name)
+        if hasattr(type(submission), "reachable_sources")
+        else submission.sources(name)
+    )
     vmapped = mentions(reachable, "vmap")
     if not vmapped:
         try:
@@ -594,6 +625,13 @@ def check_recompiles(
     plan = _calls(calls)
     if len(expect) != len(plan):
         raise ValueError("expect needs one entry per call")
+    fresh = fresh_jit_in_body(submission.sources(name)) if False in expect else ""
+    if fresh:
+        raise CheckFailure(
+            f"`{name}` makes a new jitted function every time it is called (`{fresh[:120]}`), so it compiles "
+            "again on every call, even when only the values of traced arguments change",
+            "Jit the function once, outside: `g_static = jax.jit(g, static_argnames='n')`.",
+        )
     modules: dict[str, Any] = {}
     for i, ((args, kwargs), want) in enumerate(zip(plan, expect, strict=True)):
         call = f"{name}{_describe_call(args, kwargs)}"
@@ -648,7 +686,8 @@ def check_compile_count(submission: Any, name: str, calls: list[Any], *, at_most
     total = sum(res.counts)
     if total > at_most:
         raise CheckFailure(
-            f"{len(plan)} calls of `{name}` caused {total} XLA compilations; at most {at_most} expected",
+            f"{len(plan)} calls of `{name}` caused {total if total <= 1000 else 'more than 1000'} XLA compilations; "
+            f"at most {at_most} expected",
             "Create each jitted function once, outside the loop: `jax.jit(lambda ...)` or "
             "`jax.jit(partial(...))` inside a loop makes a new function, and a new compilation, every time.",
         )

@@ -142,8 +142,30 @@ def reachable_sources(cells: list[str], name: str) -> list[str]:
                 tree = ast.parse(src)
             except SyntaxError:
                 continue
-            todo.extend(n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id not in seen)
+            todo.extend(n for n in _free_names(tree) if n not in seen)
     return found
+
+
+def _free_names(tree: ast.AST) -> set[str]:
+    """Names a definition reads but does not bind itself (parameters, assignments, loop and
+    comprehension targets, imports and nested definitions are its own): only those can refer to
+    other definitions of the notebook."""
+    loaded: set[str] = set()
+    bound: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node is not tree:
+            bound.add(node.name)
+    top = tree.body[0] if isinstance(tree, ast.Module) and tree.body else None
+    if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return loaded - bound
+    # a module-level statement (`f = jax.vmap(g)`): what it assigns is the name we came from
+    return loaded
 
 
 def mentions(sources: list[str], word: str) -> bool:
@@ -168,6 +190,16 @@ def fresh_jit_in_loop(sources: list[str]) -> str:
     defined in the same body, written inside a ``for``/``while`` loop of the sources (each loop
     iteration makes a new function, so a new compilation); "" when there is none.  Read from the
     notebook on the trusted side: it cannot be forged from the kernel, only written differently."""
+    return _fresh_jit(sources, in_loop=True)
+
+
+def fresh_jit_in_body(sources: list[str]) -> str:
+    """Like :func:`fresh_jit_in_loop`, anywhere in a function's body: a jitted function made
+    anew on every call compiles on every call."""
+    return _fresh_jit(sources, in_loop=False)
+
+
+def _fresh_jit(sources: list[str], *, in_loop: bool) -> str:
     for src in sources:
         try:
             tree = ast.parse(src)
@@ -179,10 +211,9 @@ def fresh_jit_in_loop(sources: list[str]) -> str:
             local = {n.name for n in ast.walk(func) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))} - {
                 func.name
             }
-            for loop in ast.walk(func):
-                if not isinstance(loop, (ast.For, ast.While)):
-                    continue
-                for call in ast.walk(loop):
+            scopes = [n for n in ast.walk(func) if isinstance(n, (ast.For, ast.While))] if in_loop else [func]
+            for scope in scopes:
+                for call in ast.walk(scope):
                     if isinstance(call, ast.Call) and _is_jit(call.func) and call.args:
                         target = call.args[0]
                         fresh = isinstance(target, ast.Lambda) or (
@@ -191,6 +222,118 @@ def fresh_jit_in_loop(sources: list[str]) -> str:
                         if fresh or (isinstance(target, ast.Name) and target.id in local):
                             return ast.get_source_segment(src, call) or "jax.jit(...)"
     return ""
+
+
+#: Methods and functions that write into the array they are given (NumPy).
+_IN_PLACE_METHODS = frozenset({"fill", "sort", "resize", "setflags", "itemset", "put", "partition", "byteswap"})
+_IN_PLACE_FUNCTIONS = frozenset({"copyto", "put", "place", "put_along_axis", "fill_diagonal", "putmask", "at"})
+#: Calls that return their argument itself (not a copy) when given a NumPy array.
+_SAME_ARRAY = frozenset({"asarray", "asanyarray", "ascontiguousarray", "atleast_1d", "reshape", "ravel", "view"})
+
+
+def writes_into_arguments(cells: list[str], name: str) -> str:
+    """The first statement of ``name``'s definition that writes into one of its arguments (or into
+    a name that is the same array: ``y = x``, ``y = np.asarray(x)``): ``x[i] = v``, ``x[i] += v``,
+    ``x += v``, ``x.fill(v)``, ``np.copyto(x, v)``, ``out=x``, or a call that hands the argument
+    to a notebook function that does; "" when there is none.  Read from the notebook on the
+    trusted side, so a kernel cannot hide it; it can only be written around."""
+    return _writes(cells, name, None, set())
+
+
+def _writes(cells: list[str], name: str, positions: set[int] | None, seen: set[str]) -> str:
+    """What ``name`` writes into (its arguments at ``positions``, or all of them when None)."""
+    if name in seen or len(seen) > 20:
+        return ""
+    seen = seen | {name}
+    for src in definition_sources(cells, name):
+        try:
+            tree = ast.parse(src)
+        except SyntaxError:
+            continue
+        func = tree.body[0] if tree.body else None
+        if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found = _first_write(cells, src, func, positions, seen)
+            if found:
+                return found
+    return ""
+
+
+def _first_write(
+    cells: list[str],
+    src: str,
+    func: ast.FunctionDef | ast.AsyncFunctionDef,
+    positions: set[int] | None,
+    seen: set[str],
+) -> str:
+    a = func.args
+    params = [arg.arg for arg in [*a.posonlyargs, *a.args]]
+    aliases = {p for i, p in enumerate(params) if positions is None or i in positions}
+    if positions is None:
+        aliases |= {arg.arg for arg in a.kwonlyargs}
+    for node in _in_order(func.body):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if _base_name(target) in aliases and not isinstance(target, ast.Name):
+                    return ast.get_source_segment(src, node) or ""
+            same = _same_array(node.value, aliases)
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    (aliases.add if same else aliases.discard)(target.id)
+        elif isinstance(node, ast.AugAssign) and _base_name(node.target) in aliases:
+            return ast.get_source_segment(src, node) or ""
+        elif isinstance(node, ast.Call):
+            func_name = _called_name(node.func)
+            receiver = node.func.value if isinstance(node.func, ast.Attribute) else None
+            if func_name in _IN_PLACE_METHODS and receiver is not None and _base_name(receiver) in aliases:
+                return ast.get_source_segment(src, node) or ""
+            if func_name in _IN_PLACE_FUNCTIONS and node.args and _base_name(node.args[0]) in aliases:
+                return ast.get_source_segment(src, node) or ""
+            if any(k.arg == "out" and _base_name(k.value) in aliases for k in node.keywords):
+                return ast.get_source_segment(src, node) or ""
+            handed = {i for i, arg in enumerate(node.args) if _base_name(arg) in aliases}
+            if handed and isinstance(node.func, ast.Name) and _writes(cells, node.func.id, handed, seen):
+                return ast.get_source_segment(src, node) or ""
+    return ""
+
+
+def _in_order(body: list[ast.stmt]) -> list[ast.AST]:
+    """The statements of a body and the calls in them, in source order (nested blocks included)."""
+    out: list[ast.AST] = []
+    for stmt in body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        out.extend(n for n in ast.walk(stmt) if isinstance(n, ast.Call))
+        out.append(stmt)
+        for field in ("body", "orelse", "finalbody"):
+            inner = getattr(stmt, field, None)
+            if isinstance(inner, list):
+                out.extend(_in_order(inner))
+    return out
+
+
+def _base_name(node: ast.AST) -> str:
+    """``x`` for ``x``, ``x[i]``, ``x[i][j]``, ``x.T[i]``: the name whose array is written."""
+    while isinstance(node, (ast.Subscript, ast.Attribute)):
+        if isinstance(node, ast.Attribute) and node.attr not in ("T", "flat", "real", "imag"):
+            return ""
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def _same_array(value: ast.AST, aliases: set[str]) -> bool:
+    """Whether ``value`` is (a view of) an array named in ``aliases``."""
+    if isinstance(value, ast.Name):
+        return value.id in aliases
+    if isinstance(value, ast.Subscript):
+        return _base_name(value) in aliases
+    if isinstance(value, ast.Call) and _called_name(value.func) in _SAME_ARRAY:
+        receiver = value.func.value if isinstance(value.func, ast.Attribute) else None
+        if isinstance(receiver, ast.Name) and receiver.id in ("jnp", "jax", "lax"):
+            return False  # jax.numpy makes a new (immutable) array
+        if receiver is not None and _base_name(receiver) in aliases:
+            return True  # x.reshape(...), x.view()
+        return bool(value.args) and _base_name(value.args[0]) in aliases and _called_name(value.func) != "view"
+    return False
 
 
 def _is_jit(node: ast.expr) -> bool:

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from grader.checks import quoting_actual_values
 from grader.record import CATEGORIES, TestResult
+from grader.session import showing_student_text
 
 MARKERS = (
     "points(n): the test's worth; split evenly across a parametrized test's cases. Example: @pytest.mark.points(2)",
@@ -182,7 +182,7 @@ class GradingPlugin:
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Any:
         meta = self._meta.get(item.nodeid)
-        with quoting_actual_values(meta is None or meta.visibility == "visible"):
+        with showing_student_text(meta is None or meta.visibility == "visible"):
             yield
 
     @pytest.hookimpl(hookwrapper=True)
@@ -220,9 +220,10 @@ class GradingPlugin:
             else:
                 status, message, hint = getattr(report, "_jaxgrade", ("error", str(report.longrepr)[-1000:], ""))
             if meta.visibility != "visible":
-                # the student's kernel saw this test's hidden inputs: none of its text may carry them out
-                said = self._student_text()
-                message, hint = scrub(message, said), scrub(hint, said)
+                # the student's kernel saw this test's hidden inputs: the checks already leave its text
+                # and values out of the message (STUDENT_TEXT_SHOWN); this is the backstop for a test
+                # that quotes it anyway. Hints are the grader's own words, chosen by the error.
+                message = scrub(message, self._student_text())
             self.results.append(
                 TestResult(
                     name=report.nodeid.split("::", 1)[-1],

@@ -8,10 +8,13 @@ and is treated as data.  Failures attributable to the submission surface as
 from __future__ import annotations
 
 import builtins
+import contextlib
+import contextvars
 import json
 import logging
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,17 +73,51 @@ class MissingName(SubmissionError):
         return (type(self), (self.name, self.hint))
 
 
+#: Whether messages may carry what the sandbox chose (error text, unknown error class names,
+#: returned values).  Off while a hidden test runs (the grading plugin sets it): the student's
+#: kernel has seen that test's inputs and could put them there.
+STUDENT_TEXT_SHOWN: contextvars.ContextVar[bool] = contextvars.ContextVar("jaxgrade_student_text", default=True)
+
+
+@contextlib.contextmanager
+def showing_student_text(allowed: bool) -> Iterator[None]:
+    """Within the block, messages carry the sandbox's text and values only if ``allowed``."""
+    token = STUDENT_TEXT_SHOWN.set(allowed)
+    try:
+        yield
+    finally:
+        STUDENT_TEXT_SHOWN.reset(token)
+
+
 class StudentRaised(SubmissionError):
-    """The student's code raised; carries the JAX error class and the student's line."""
+    """The student's code raised; carries the JAX error class and the student's line.
+
+    In a hidden test (:data:`STUDENT_TEXT_SHOWN` off) ``evalue`` is empty and an error class the
+    grader does not know is shown as "an error": only ``says(text)`` still looks at the message,
+    to choose the grader's own words."""
 
     def __init__(self, name: str, ename: str, evalue: str, location: Location | None, hint: str = "") -> None:
+        self._raw = evalue
+        if not STUDENT_TEXT_SHOWN.get():
+            ename = ename if _known_error(ename) else "an error"
+            evalue = ""
         where = f" at {location.describe()}" if location and location.describe() else ""
         cause = error_cause(evalue)
         super().__init__(f"`{name}` raised {ename}{where}" + (f": {cause}" if cause else ""), hint)
         self.name, self.ename, self.evalue, self.location = name, ename, evalue, location
 
+    def says(self, text: str) -> bool:
+        """Whether the error's own message contains ``text`` (to pick a hint, never to show)."""
+        return text in self._raw
+
+    def taught(self) -> str:
+        """The hint it carries, else the grader's hint for its error class and message."""
+        from grader.hints import hint_for
+
+        return self.hint or hint_for(self.ename, self._raw, self.location, name=self.name)
+
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.name, self.ename, self.evalue, self.location, self.hint))
+        return (type(self), (self.name, self.ename, self._raw, self.location, self.hint))
 
 
 class CallTimedOut(SubmissionError):
@@ -447,7 +484,8 @@ class Session:
             return Location(loc.cell, loc.lineno, lines[loc.lineno - 1].strip()[:300])
         if loc.text:
             self._student_text.append(loc.text)
-        return loc
+        # not a line of the submitted notebook: the numbers and the text are the kernel's
+        return loc if STUDENT_TEXT_SHOWN.get() else None
 
     def _raise_for(self, name: str, resp: dict[str, Any], what: str = "call", args: tuple[Any, ...] = ()) -> None:
         from grader.hints import find_hint, hint_for
@@ -482,12 +520,16 @@ class Session:
             )
         if "dead" in resp:
             self._student_text.append(str(resp["dead"])[:500])
-            raise SandboxLost(str(resp["dead"])[:500])
+            raise SandboxLost(
+                str(resp["dead"])[:500]
+                if STUDENT_TEXT_SHOWN.get()
+                else f"the sandbox could not run the {what} of `{name}`"
+            )
         if "unsendable" in resp:
             self._student_text.append(str(resp["unsendable"])[:300])
             raise BadValue(
-                f"`{name}` returned something that is not an array or a container of arrays: "
-                + str(resp["unsendable"])[:300],
+                f"`{name}` returned something that is not an array or a container of arrays"
+                + (": " + str(resp["unsendable"])[:300] if STUDENT_TEXT_SHOWN.get() else ""),
                 "Return jax.numpy arrays (or numbers, or lists/tuples/dicts of them).",
             )
         err = resp.get("error")
@@ -496,7 +538,8 @@ class Session:
             evalue = str(err.get("evalue", ""))[:4000]
             self._student_text.extend([evalue, *([] if _known_error(ename) else [ename])])
             loc = self._trusted_location(_location(err.get("location"), self.exec_map))
-            hint = hint_for(ename, evalue, loc, name=name)
+            shown = ename if _known_error(ename) or STUDENT_TEXT_SHOWN.get() else "an error"
+            hint = hint_for(shown, evalue, loc, name=name) if shown == ename else hint_for(shown, "", loc, name=name)
             if args and find_hint(ename, evalue) is None:  # nothing to teach but the location: name the inputs
                 hint = (hint + " " if hint else "") + f"It failed on inputs {_shapes(args)}: check each shape "
                 hint += "against the contract, and what your code does with it."
@@ -669,8 +712,11 @@ class Session:
             raise BadValue(f"the compiled `{name}` could not be evaluated ({exc})") from None
         if not resp.get("ok"):
             err = resp.get("error") if isinstance(resp.get("error"), dict) else {}
+            # the module came from the kernel: its name, platforms and so the error's text are the student's
+            said = f"{err.get('ename', '')}: {_first_line(str(err.get('evalue', '')))}"
+            self._student_text.append(said)
             raise SubmissionError(
-                f"the compiled `{name}` failed to run: {err.get('ename', '')}: {_first_line(str(err.get('evalue', '')))}"
+                f"the compiled `{name}` failed to run" + (f": {said}" if STUDENT_TEXT_SHOWN.get() else "")
             )
         info: dict[str, Any] = {}
         if isinstance(resp.get("elapsed"), (int, float)) and not isinstance(resp.get("elapsed"), bool):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from grader.notebook import LoadedNotebook, definition_sources, reachable_sources
+from grader.notebook import LoadedNotebook, definition_sources, reachable_sources, writes_into_arguments
 from grader.session import CallResult, CountResult, ExportResult, MissingName, Session
 
 
@@ -96,6 +96,13 @@ class Submission:
         if self._notebook is None:
             return []
         return definition_sources(self._notebook.code_cells(), name)
+
+    def writes_into_arguments(self, name: str) -> str:
+        """The statement of ``name`` (or of a notebook function it hands an argument to) that
+        writes into an argument, read on the trusted side; "" when there is none."""
+        if self._notebook is None:
+            return ""
+        return writes_into_arguments(self._notebook.code_cells(), name)
 
     def reachable_sources(self, name: str) -> list[str]:
         """The notebook's source for ``name`` and for every notebook definition it names,

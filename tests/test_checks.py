@@ -15,6 +15,7 @@ from grader.checks import (
     check_no_vmap,
     check_parallel,
     check_pure,
+    check_recompiles,
     check_vectorized,
     quoting_actual_values,
 )
@@ -349,10 +350,35 @@ def test_check_no_vmap_from_the_module_and_the_notebook_source() -> None:
         check_no_vmap(FakeSubmission({"f": _conv}, vmap_used=True), "f", ARGS)
     with pytest.raises(CheckFailure, match=r"uses jax\.vmap"):
         check_no_vmap(FakeSubmission({"f": _conv}, sources={"f": ["f = jax.vmap(convolve)"]}), "f", ARGS)
-    sub = FakeSubmission({"f": _conv}, sources={"f": ["def f(xs, ws):\n    return _rows(xs, ws)"]})
-    sub.reachable_sources = lambda name: [*sub.sources(name), "_rows = jax.vmap(convolve)"]  # type: ignore[method-assign]
+
+    class Reaching(FakeSubmission):
+        def reachable_sources(self, name: str) -> list[str]:
+            return [*self.sources(name), "_rows = jax.vmap(convolve)"]
+
+    sub = Reaching({"f": _conv}, sources={"f": ["def f(xs, ws):\n    return _rows(xs, ws)"]})
     with pytest.raises(CheckFailure, match=r"uses jax\.vmap"):
         check_no_vmap(sub, "f", ARGS)
+
+
+def test_check_pure_reads_writes_into_arguments_from_the_notebook() -> None:
+    """A write into an argument found in the notebook's source fails purity, whatever the
+    sandbox reports (a kernel can switch off the read-only inputs and the mutation flag)."""
+
+    class Writing(FakeSubmission):
+        def writes_into_arguments(self, name: str) -> str:
+            return "x[0] = v"
+
+    with pytest.raises(CheckFailure, match=r"writes into its input argument: `x\[0\] = v`"):
+        check_pure(Writing({"f": _conv}), "f", ARGS, reference=_conv)
+
+
+def test_recompiles_and_is_jitted_refuse_a_jit_made_on_every_call() -> None:
+    src = {"g": ["def g(x, n):\n    return jax.jit(lambda x: x + n)(x)"]}
+    sub = FakeSubmission({"g": lambda x, n=1: x + n}, sources=src)
+    with pytest.raises(CheckFailure, match="makes a new jitted function every time it is called"):
+        check_recompiles(sub, "g", [((ARGS[0],), {"n": 1}), ((ARGS[0] * 2,), {"n": 1})], [None, False])
+    with pytest.raises(CheckFailure, match="makes a new jitted function every time it is called"):
+        check_is_jitted(sub, "g", (ARGS[0],))
 
 
 def test_readme_documents_every_hint() -> None:

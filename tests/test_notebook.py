@@ -15,6 +15,8 @@ from grader.notebook import (
     load_notebook,
     mentions,
     notebook_from_script,
+    reachable_sources,
+    writes_into_arguments,
 )
 
 
@@ -133,3 +135,47 @@ def test_notebook_from_script_splits_cells() -> None:
 )
 def test_fresh_jit_in_loop(source: str, found: str) -> None:
     assert fresh_jit_in_loop([source]) == found
+
+
+def test_reachable_sources_follow_free_names_only() -> None:
+    """A local variable that shares its name with a notebook definition (`result` below) is not
+    a reference to it: a hand-vectorized function beside a vmap demo is not said to use vmap."""
+    cells = [
+        "auto_batch_convolve = jax.vmap(convolve)\nresult = auto_batch_convolve(xs, ws)",
+        "def convolve(x, w):\n    return x",
+        "def manual(xs, ws):\n    result = []\n    for i in range(3):\n        result.append(xs[:, i])\n    return result",
+        "_rows = jax.vmap(convolve)",
+        "def hidden(xs, ws):\n    return _rows(xs, ws)",
+    ]
+    assert not mentions(reachable_sources(cells, "manual"), "vmap")
+    assert mentions(reachable_sources(cells, "hidden"), "vmap")
+
+
+@pytest.mark.parametrize(
+    ("cells", "found"),
+    [
+        (["def set_first(x, v):\n    if isinstance(x, np.ndarray):\n        x[0] = v\n    return x"], "x[0] = v"),
+        (["def set_first(x, v):\n    y = np.asarray(x)\n    y[0] = v\n    return y"], "y[0] = v"),
+        (["def inc(x, i, a):\n    np.add.at(x, i, a)\n    return x"], "np.add.at(x, i, a)"),
+        (["def inc(x, i, a):\n    x += a\n    return x"], "x += a"),
+        (["def clamp(x):\n    np.maximum(x, 0, out=x)\n    return x"], "np.maximum(x, 0, out=x)"),
+        (
+            [
+                "def _w(a, v):\n    a.flags.writeable = True\n    a[0] = v",
+                "def set_first(x, v):\n    _w(x, v)\n    return x",
+            ],
+            "_w(x, v)",
+        ),
+        # copies, JAX arrays and fresh buffers are not the caller's array
+        (["def set_first(x, v):\n    y = np.array(x)\n    y[0] = v\n    return y"], ""),
+        (["def set_first(x, v):\n    y = jnp.asarray(x)\n    return y.at[0].set(v)"], ""),
+        (["def _fill(buf):\n    buf[:] = 0", "def clamp(x):\n    y = x.copy()\n    _fill(y)\n    return y"], ""),
+    ],
+)
+def test_writes_into_arguments(cells: list[str], found: str) -> None:
+    name = (
+        "set_first"
+        if any("def set_first" in c for c in cells)
+        else ("inc" if any("def inc" in c for c in cells) else "clamp")
+    )
+    assert writes_into_arguments(cells, name) == found

@@ -34,8 +34,8 @@ def teaching(*keys):
     try:
         yield
     except (StudentRaised, CheckFailure) as exc:
-        text = getattr(exc, "evalue", "") + " " + exc.message
-        extra = next((HINTS[k] for k in keys or HINTS if k in text), "")
+        said = exc.says if isinstance(exc, StudentRaised) else (lambda text: False)
+        extra = next((HINTS[k] for k in keys or HINTS if k in exc.message or said(k)), "")
         if not extra:
             raise
         raise CheckFailure(exc.message, f"{exc.hint} {extra}".strip()) from None

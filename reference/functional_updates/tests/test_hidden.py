@@ -60,8 +60,8 @@ def teaching():
     try:
         yield
     except (StudentRaised, CheckFailure) as exc:
-        text = getattr(exc, "evalue", "") + " " + exc.message
-        extra = next((h for key, h in ARRAY_HINTS.items() if key in text), "")
+        said = exc.says if isinstance(exc, StudentRaised) else (lambda text: False)
+        extra = next((h for key, h in ARRAY_HINTS.items() if key in exc.message or said(key)), "")
         if not extra or extra in exc.hint:
             raise
         raise CheckFailure(exc.message, f"{exc.hint} {extra}".strip()) from None

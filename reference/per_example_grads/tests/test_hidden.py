@@ -30,7 +30,7 @@ def call(submission, name, *args):
     try:
         return getattr(submission, name)(*args)
     except StudentRaised as exc:
-        if "inconsistent sizes" not in exc.evalue:
+        if not exc.says("inconsistent sizes"):
             raise
         raise CheckFailure(
             exc.message,  # it carries the lines of vmap's message that name each argument's size

@@ -40,7 +40,7 @@ import math
 import numpy as np
 import pytest
 
-from grader.checks import CheckFailure, assert_close, check_jit, check_pure
+from grader.checks import CheckFailure, assert_close, check_jit, check_pure, quoted
 from grader.protocol import PRNGKeyData
 from grader.session import StudentRaised
 
@@ -248,14 +248,14 @@ def check_init_structure(params, widths, what: str) -> None:
             raise CheckFailure(f"{what}[{i}]: expected a dict, got {type(layer).__name__}")
         if set(layer) != {"weights", "biases"}:
             raise CheckFailure(
-                f"{what}[{i}]: expected exactly the keys ['biases', 'weights'], got {sorted(map(str, layer))}"
+                f"{what}[{i}]: expected exactly the keys ['biases', 'weights'], got {quoted(str(sorted(map(str, layer))), 'other keys')}"
             )
         for k, shape in (("weights", (n_in, n_out)), ("biases", (n_out,))):
             v = layer[k]
             if not isinstance(v, np.ndarray):
                 raise CheckFailure(f"{what}[{i}][{k!r}]: expected an array, got {type(v).__name__}")
             if v.shape != shape:
-                raise CheckFailure(f"{what}[{i}][{k!r}]: shape {v.shape}, expected {shape}")
+                raise CheckFailure(f"{what}[{i}][{k!r}]: shape {quoted(str(v.shape), '(another)')}, expected {shape}")
             if v.dtype != np.float32:
                 raise CheckFailure(f"{what}[{i}][{k!r}]: dtype {v.dtype}, expected float32")
 
@@ -274,7 +274,9 @@ def split_noise(result, what: str):
 
 def check_samples_structure(samples, n, shape, what: str) -> None:
     if samples.shape != (n, *shape):
-        raise CheckFailure(f"{what}: samples have shape {samples.shape}, expected {(n, *shape)}")
+        raise CheckFailure(
+            f"{what}: samples have shape {quoted(str(samples.shape), '(another)')}, expected {(n, *shape)}"
+        )
     if samples.dtype != np.float32:
         raise CheckFailure(f"{what}: samples have dtype {samples.dtype}, expected float32")
 

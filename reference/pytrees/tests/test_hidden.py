@@ -51,7 +51,7 @@ import jax
 import numpy as np
 import pytest
 
-from grader.checks import CheckFailure, assert_close
+from grader.checks import CheckFailure, assert_close, quoted
 from grader.hints import hint_for
 from grader.session import StudentRaised, error_cause
 
@@ -177,7 +177,7 @@ def check_structure(got, expected, name):
     got_def, exp_def = jax.tree.structure(got), jax.tree.structure(expected)
     if got_def != exp_def:
         raise CheckFailure(
-            f"{name}: the structure changed: expected {exp_def}, got {got_def}",
+            f"{name}: the structure changed: expected {exp_def}, got {quoted(str(got_def), 'another structure')}",
             "`jax.tree.map(fn, tree)` rebuilds the input's structure (dicts stay dicts with the same "
             "keys, lists stay lists, tuples stay tuples, None stays None); flattening to a list of "
             "leaves loses it unless you `jax.tree.unflatten` the result.",
@@ -234,12 +234,14 @@ def test_count_leaves(submission, reference, rng, tree):
         value = got.item()
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise CheckFailure(
-            f"count_leaves on the {tree} tree: expected the int {want}, got {got!r}"[:300],
+            f"count_leaves on the {tree} tree: expected the int {want}, got {quoted(repr(got), type(got).__name__)}"[
+                :300
+            ],
             "Return a Python int: `len(jax.tree.leaves(tree))`.",
         )
     if int(value) != want:
         raise CheckFailure(
-            f"count_leaves on the {tree} tree: expected {want} leaves, got {int(value)}",
+            f"count_leaves on the {tree} tree: expected {want} leaves, got {quoted(str(int(value)), 'another number')}",
             "`None` and empty containers ([], (), {}) are pytree nodes without leaves; every array, "
             "whatever its size or dtype, is one leaf. `jax.tree.leaves(tree)` lists exactly the leaves.",
         )
@@ -259,7 +261,9 @@ def test_tree_shapes(submission, reference, rng, tree):
         raise CheckFailure(exc.message, SHAPES_HINT) from None
     got_def, want_def = jax.tree.structure(got, is_leaf=is_shape), jax.tree.structure(want, is_leaf=is_shape)
     if got_def != want_def:  # pragma: no cover - assert_close(exact=True) already caught it
-        raise CheckFailure(f"tree_shapes on the {tree} tree: structure {got_def}, expected {want_def}")
+        raise CheckFailure(
+            f"tree_shapes on the {tree} tree: structure {quoted(str(got_def), '(another)')}, expected {want_def}"
+        )
 
 
 @pytest.mark.category("structure")

@@ -748,6 +748,19 @@ def set_first(x, value):
         return _write_first(x, value)
     return jnp.asarray(x).at[0].set(value)"""
 
+FU_READ_ONLY_SWITCHED_OFF = """\
+import grader.kernel_side as ks
+
+ks._os_read_only = lambda value: value  # the inputs stay writable
+ks._mutated = lambda args, snaps: []  # and "nothing was modified"
+
+
+def set_first(x, value):
+    if isinstance(x, np.ndarray):
+        x[0] = value  # idempotent: a second call gives the same, right, result
+        return x
+    return jnp.asarray(x).at[0].set(value)"""
+
 FU_SNAPSHOTS_EDITED = """\
 def set_first(x, value):
     if isinstance(x, np.ndarray):
@@ -788,6 +801,9 @@ def functional_updates() -> dict[str, object]:
         ),
         "forge_array_equal_replaced.ipynb": build(
             "forge_array_equal_replaced", [*head, code(FU_ARRAY_EQUAL_REPLACED), code(FU_CHECK)]
+        ),
+        "forge_read_only_switched_off.ipynb": build(
+            "forge_read_only_switched_off", [*head, code(FU_READ_ONLY_SWITCHED_OFF), code(FU_CHECK)]
         ),
     }
 
