@@ -391,3 +391,18 @@ def test_readme_documents_every_hint() -> None:
     for h in HINTS:
         assert f"| `{h.ename}`" in readme, f"README lacks a row for {h.ename}"
         assert h.fix.replace("|", "\\|") in readme, f"README's fix for {h.ename} is out of date"
+
+
+def test_a_hidden_tests_student_raised_carries_none_of_the_sandboxs_text() -> None:
+    """In a hidden test the error's text and an unknown class name are left out (short lines
+    would slip through any scrubbing); the text still picks the grader's hint."""
+    from grader.session import showing_student_text
+
+    evalue = "vmap got inconsistent sizes for array axes to be mapped:\n0.123\n4.567"
+    with showing_student_text(False):
+        err = StudentRaised("f", "S1234", evalue, Location(1, 2, "return g(x)"))
+        known = StudentRaised("f", "ValueError", evalue, Location(1, 2, "return g(x)"))
+    assert err.message == "`f` raised an error at cell 2, line 2: `return g(x)`" and err.evalue == ""
+    assert known.message == "`f` raised ValueError at cell 2, line 2: `return g(x)`"
+    assert known.says("inconsistent sizes") and "in_axes" in known.taught()
+    assert "0.123" in StudentRaised("f", "ValueError", evalue, None).message  # public tests keep it
