@@ -536,9 +536,8 @@ def check_no_vmap(submission: Any, name: str, args: tuple[Any, ...] | list[Any])
     if not vmapped:
         try:
             exp = submission.export(name, example=args)
-        except StudentRaised as exc:
-            message, hint = _raised(exc, f"`{name}` could not be compiled to check how it is vectorized")
-            raise CheckFailure(message, hint) from None
+        except StudentRaised:
+            return  # not traceable (NumPy): no jax.vmap ran, and the source does not name it
         _, info = submission.evaluate(name, exp.module, *args)
         vmapped = _module_fact(name, info.get("analysis", {}), "vmapped")
     if vmapped:

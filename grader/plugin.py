@@ -51,7 +51,6 @@ def read_meta(item: pytest.Item, share: int, default_visibility: str) -> TestMet
         raise MarkerError(f"{item.nodeid}: needs @pytest.mark.points(n) with a non-negative number")
     if cm is None or len(cm.args) != 1 or cm.args[0] not in CATEGORIES:
         got = cm.args[0] if cm is not None and cm.args else None
-        import difflib
 
         close = difflib.get_close_matches(str(got), CATEGORIES, n=1)
         tip = f" - maybe you meant {close[0]!r}?" if close else ""
@@ -79,35 +78,18 @@ def _failure(excinfo: Any) -> tuple[str, str, str]:
 
 
 #: Shortest piece of the sandbox's text that :func:`scrub` looks for.
-_SCRUB_MIN = 6
+_SCRUB_MIN = 12
 _SCRUBBED = "[…]"
 
 
 def scrub(text: str, said: list[str]) -> str:
-    """``text`` without any piece (of at least a few characters) of what the sandbox said, wherever
-    and however a check quoted it: whole lines, lines cut short, stripped or joined."""
-    spans: list[tuple[int, int]] = []
-    for chunk in said:
-        for line in str(chunk).splitlines() or [str(chunk)]:
-            line = line.strip()
-            if len(line) < _SCRUB_MIN:
-                continue
-            matcher = difflib.SequenceMatcher(None, text, line, autojunk=False)
-            spans.extend((m.a, m.a + m.size) for m in matcher.get_matching_blocks() if m.size >= _SCRUB_MIN)
-    if not spans:
-        return text
-    out, at = [], 0
-    for start, end in sorted(spans):
-        if end <= at:
-            continue
-        if start > at:
-            out.append(text[at:start])
-            out.append(_SCRUBBED)
-        elif not out or out[-1] != _SCRUBBED:
-            out.append(_SCRUBBED)
-        at = max(at, end)
-    out.append(text[at:])
-    return "".join(out)
+    """``text`` without any whole line of what the sandbox said (at least ``_SCRUB_MIN``
+    characters, so that the grader's own words, which JAX's messages repeat, stay): a backstop
+    for a hidden test that quotes the sandbox's text itself."""
+    lines = {line.strip() for chunk in said for line in str(chunk).splitlines()}
+    for line in sorted((ln for ln in lines if len(ln) >= _SCRUB_MIN), key=len, reverse=True):
+        text = text.replace(line, _SCRUBBED)
+    return text
 
 
 class GradingPlugin:

@@ -68,7 +68,7 @@ TEACHING = [
     (
         "g_loop_fresh_lambda.ipynb",
         "test_g_loop_cached_compile_count",
-        ["compilations"],
+        ["new jitted function inside its loop", "jax.jit(lambda"],
         ["outside the loop"],
     ),
     (
