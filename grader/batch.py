@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from grader.gradebook import AssignmentInfo, Gradebook
 from grader.late import apply_late
 from grader.notebook import sha256_file
-from grader.record import Record
+from grader.record import Record, cap_record
 
 if TYPE_CHECKING:
     from grader.config import Assignment
@@ -254,7 +254,7 @@ class Batch:
             submitted_at=inc.submitted_at,
             flag=inc.late_flag,
         )
-        return rec
+        return cap_record(rec)  # the note above can be long (many notebooks set aside)
 
     def finish(self, incoming: list[Incoming] | None = None) -> list[Record]:
         """Write grades.csv, the feedback pages and report.html from the gradebook; return its records."""

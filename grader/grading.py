@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from grader import __version__
 from grader.notebook import NotebookError, load_notebook
-from grader.record import Record, total
+from grader.record import Record, cap_record, total
 from grader.sandbox import choose_isolation
 from grader.submission import Submission
 
@@ -184,7 +184,7 @@ def grade_notebook(
         session.close()
     rec.score, rec.max_score = total(rec.tests)
     rec.timings["total"] = round(time.monotonic() - t0, 3)
-    return rec
+    return cap_record(rec)  # the whole record stays small, however much the notebook printed
 
 
 def _env_for(assignment: Assignment) -> dict[str, str]:
