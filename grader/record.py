@@ -108,9 +108,8 @@ def cap_record(rec: Record, limit: int = RECORD_MAX_BYTES) -> Record:
 
     A notebook of hundreds of failing cells, each printing a lot, stays under the per-cell clips
     but not under any total (issue 11: 330 cells, 7.4 MB).  Scores and verdicts are never cut;
-    texts are, largest first: the cells' outputs and errors, shortened a step at a time; then
-    whole cells from the last (the first failures are what the student needs); then the tests'
-    messages and hints and the record's message."""
+    texts are, largest first: the cells' outputs and errors, the tests' messages and hints and
+    the record's message, shortened a step at a time; then whole cells, from the last."""
     size = _size(rec)
     if size <= limit:
         return rec
@@ -135,21 +134,6 @@ def cap_record(rec: Record, limit: int = RECORD_MAX_BYTES) -> Record:
                 if isinstance(v, str) and len(v) > keep * 1.1:  # 10% slack: no re-trimming a trimmed text
                     c[key] = _trim(v, keep)
                     trimmed_once("cell_texts", i, key)
-        size = _size(rec)
-        if size <= limit:
-            break
-    if size > limit and rec.cells:
-        # whole cells, from the last; a cell costs about its share of the JSON
-        per_cell = max(1, (size - _size(Record(**{**rec.__dict__, "cells": []}))) // len(rec.cells))
-        drop = min(len(rec.cells), (size - limit) // per_cell + 1)
-        while drop and size > limit:
-            rec.cells = rec.cells[: len(rec.cells) - drop]
-            count("cells_dropped", drop)
-            size = _size(rec)
-            drop = min(len(rec.cells), max(1, drop // 2))
-    for keep in _STEPS:
-        if size <= limit:
-            break
         for i, t in enumerate(rec.tests):
             for key in ("message", "hint"):
                 v = getattr(t, key)
@@ -160,6 +144,18 @@ def cap_record(rec: Record, limit: int = RECORD_MAX_BYTES) -> Record:
             rec.message = _trim(rec.message, keep)
             trimmed_once("message", 0, "")
         size = _size(rec)
+        if size <= limit:
+            break
+    if size > limit and rec.cells:
+        # whole cells, from the last (the first failures are what the student needs); a cell
+        # costs about its share of the JSON
+        per_cell = max(1, (size - _size(Record(**{**rec.__dict__, "cells": []}))) // len(rec.cells))
+        drop = min(len(rec.cells), (size - limit) // per_cell + 1)
+        while drop and size > limit:
+            rec.cells = rec.cells[: len(rec.cells) - drop]
+            count("cells_dropped", drop)
+            size = _size(rec)
+            drop = min(len(rec.cells), max(1, drop // 2))
     if size > limit:  # only a grader bug could get here (thousands of tests): say so, keep the scores
         rec.missing = rec.missing[:100]
         count("over_limit")
