@@ -60,8 +60,9 @@ def is_disk_full(exc: BaseException) -> bool:
     if isinstance(exc, OSError):
         return exc.errno in (errno.ENOSPC, errno.EDQUOT)
     if isinstance(exc, sqlite3.Error):
+        # SQLITE_FULL (13); Python < 3.11 has neither the code nor the constant, only the text
         code = getattr(exc, "sqlite_errorcode", None)
-        return code == sqlite3.SQLITE_FULL or "disk is full" in str(exc) or "disk I/O error" in str(exc)
+        return code == getattr(sqlite3, "SQLITE_FULL", 13) or "disk is full" in str(exc)
     return False
 
 
