@@ -683,3 +683,23 @@ def test_metadata_in_a_folder_beside_the_export_is_not_read(tmp_path: Path) -> N
     report = collect([z], tmp_path / "s")
     assert ("gs.zip:a/submission_metadata.yml", intake.PLANTED_META) in report.skipped
     assert "1002" not in by_student(report)
+
+
+def test_metadata_planted_in_a_submission_of_an_export_without_a_top_folder(tmp_path: Path) -> None:
+    """Metadata at the zip's top level, submissions beside it: a planted one is one level down."""
+    meta = "submission_7:\n  submitters:\n  - name: Ada\n    sid: 1001\n  created_at: 2024-01-01 00:00:00\n"
+    z = make_zip(
+        tmp_path / "gs.zip",
+        [
+            ("submission_metadata.yml", meta.encode()),
+            ("submission_7/a.ipynb", nb("ada")),
+            ("submission_7/submission_metadata.yml", PLANTED_META.encode()),
+            ("submission_8/a.ipynb", nb("grace")),
+        ],
+    )
+    report = collect([z], tmp_path / "s")
+    subs = by_student(report)
+    assert sorted(subs) == ["1001", "submission_8"]
+    assert subs["1001"].submitted_at == datetime(2024, 1, 1, tzinfo=timezone.utc)
+    assert marker(subs["submission_8"].path) == "x = 'grace'"
+    assert ("gs.zip:submission_7/submission_metadata.yml", intake.PLANTED_META) in report.skipped
