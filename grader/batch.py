@@ -9,10 +9,22 @@ The command line (``jaxgrade grade``) is a thin layer over :class:`Batch`:
    loses only what was being graded;
 3. :meth:`Batch.finish` rebuilds ``grades.csv``, every feedback page and ``report.html`` from the
    gradebook's current records, never from memory.
+
+**A full disk** (a student's files, another program) must not cost results: before grading,
+:meth:`Batch.run` checks the free space of the output folder (a :class:`DiskFull` error with the
+numbers) and holds a preallocated reserve file, ``DIR/.jaxgrade-reserve``.  When a commit fails
+because the disk is full, the reserve is released, that result is committed again into the room
+it leaves, and the batch stops with :class:`DiskFull`: the gradebook holds every result committed
+so far, and a rerun (once there is room) grades only the rest.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
+import shutil
+import sqlite3
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,20 +33,113 @@ from typing import TYPE_CHECKING
 from grader.gradebook import AssignmentInfo, Gradebook
 from grader.late import apply_late
 from grader.notebook import sha256_file
-from grader.record import Record
+from grader.record import Record, cap_record
 
 if TYPE_CHECKING:
     from grader.config import Assignment
     from grader.intake import Incoming
 
 
+MiB = 1 << 20
+RESERVE_NAME = ".jaxgrade-reserve"
+RESERVE_BYTES = 64 * MiB  # room for the last commits, grades.csv, the report and the stop message
+# a record is capped at 256 KiB (grader/record.py): its gradebook row and WAL copy, result JSON and page
+PER_SUBMISSION_BYTES = 1 * MiB
+
+
+class DiskFull(Exception):
+    """The output folder's disk is (nearly) full: ``message`` says how full, ``tip`` what to do."""
+
+    def __init__(self, message: str, tip: str) -> None:
+        super().__init__(f"{message}. TIP: {tip}")
+        self.message, self.tip = message, tip
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` says the disk (or the user's quota) is full."""
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    if isinstance(exc, sqlite3.Error):
+        # SQLITE_FULL (13); Python < 3.11 has neither the code nor the constant, only the text
+        code = getattr(exc, "sqlite_errorcode", None)
+        return code == getattr(sqlite3, "SQLITE_FULL", 13) or "disk is full" in str(exc)
+    return False
+
+
+def _mib(n: float) -> str:
+    return f"{n / MiB:.1f} MiB"
+
+
 class Batch:
-    def __init__(self, assignment: Assignment, out_dir: Path, *, isolation: str = "auto") -> None:
+    def __init__(
+        self,
+        assignment: Assignment,
+        out_dir: Path,
+        *,
+        isolation: str = "auto",
+        reserve_bytes: int = RESERVE_BYTES,
+        per_submission_bytes: int = PER_SUBMISSION_BYTES,
+    ) -> None:
         self.assignment = assignment
         self.out_dir = Path(out_dir)
         self.isolation = isolation
         self.version = assignment.version()
+        self.reserve_bytes = reserve_bytes
+        self.per_submission_bytes = per_submission_bytes
         self._gb: Gradebook | None = None
+
+    @property
+    def reserve_path(self) -> Path:
+        return self.out_dir / RESERVE_NAME
+
+    def check_space(self, n: int) -> None:
+        """Refuse to start grading ``n`` submissions without room for their results and the reserve."""
+        free = shutil.disk_usage(self.out_dir).free
+        with contextlib.suppress(OSError):
+            free += self.reserve_path.stat().st_size  # a reserve left by a killed run is ours to reuse
+        needed = self.reserve_bytes + n * self.per_submission_bytes
+        if free < needed:
+            raise DiskFull(
+                f"{self.out_dir}: {_mib(free)} free on its disk, but grading {n} submission(s) needs up to "
+                f"{_mib(needed)} ({_mib(self.reserve_bytes)} reserve + {_mib(self.per_submission_bytes)} "
+                "per submission)",
+                "Free space on that disk, or pass --out on a disk with more room; results already in the "
+                "gradebook are kept and not graded again.",
+            )
+
+    def hold_reserve(self) -> None:
+        """Preallocate the reserve file (blocks really taken, not a sparse file)."""
+        if self.reserve_bytes <= 0:
+            return
+        fd = os.open(self.reserve_path, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            try:
+                os.posix_fallocate(fd, 0, self.reserve_bytes)
+            except OSError as exc:
+                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                    raise
+                chunk = b"\0" * MiB  # a file system without fallocate: write it
+                for _ in range(0, self.reserve_bytes, MiB):
+                    os.write(fd, chunk)
+        except OSError as exc:
+            os.close(fd)
+            self.release_reserve()
+            if is_disk_full(exc):
+                raise DiskFull(
+                    f"{self.out_dir}: no room for the {_mib(self.reserve_bytes)} reserve that keeps results safe "
+                    "when the disk fills",
+                    "Free space on that disk, or pass --out on a disk with more room.",
+                ) from None
+            raise
+        os.close(fd)
+
+    def release_reserve(self) -> bool:
+        """Give the reserve's room back; whether there was one."""
+        try:
+            self.reserve_path.unlink()
+        except FileNotFoundError:
+            return False
+        return True
 
     @property
     def gradebook(self) -> Gradebook:
@@ -62,6 +167,8 @@ class Batch:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        with contextlib.suppress(OSError):
+            self.release_reserve()
         if self._gb is not None:
             self._gb.close()
             self._gb = None
@@ -82,13 +189,44 @@ class Batch:
 
         if not todo:
             return
+        self.check_space(len(todo))
+        self.hold_reserve()
         by_path = {inc.path: inc for inc in todo}
 
-        def store(path: Path, rec: Record) -> None:
-            self.complete(rec, by_path[path])
+        def commit(rec: Record) -> None:
             self.gradebook.put(rec)  # committed: from here on this submission is never graded again
             write_record(self.out_dir, rec)
             write_feedback(self.out_dir, [rec], course=self.assignment.course.course, title=self.assignment.title)
+
+        def store(path: Path, rec: Record) -> None:
+            self.complete(rec, by_path[path])
+            try:
+                commit(rec)
+            except (OSError, sqlite3.Error) as exc:
+                if not is_disk_full(exc):
+                    raise
+                # the disk is full: the reserve's room lets this result through, then stop (the
+                # abort ends the work in flight); a rerun grades the rest
+                free = shutil.disk_usage(self.out_dir).free
+                released = self.release_reserve()
+                saved = False
+                if released:
+                    with contextlib.suppress(OSError, sqlite3.Error):
+                        commit(rec)  # put() is keyed, so a second commit of the same record is harmless
+                        saved = True
+                if saved and on_record:
+                    on_record(rec)
+                raise DiskFull(
+                    f"{self.out_dir}: the disk is full ({_mib(free)} free; {exc}); stopped grading. "
+                    + (
+                        f"{rec.student}'s result was saved from the reserve; "
+                        if saved
+                        else f"{rec.student} was not saved; "
+                    )
+                    + f"the gradebook holds {self.gradebook.count(self.assignment.name)} result(s)",
+                    "Free space on that disk (or pass --out elsewhere) and run the same command again: "
+                    "it grades only the submissions not yet in the gradebook.",
+                ) from exc
             if on_record:
                 on_record(rec)
 
@@ -100,6 +238,7 @@ class Batch:
             isolation=self.isolation,
             on_result=store,
         )
+        self.release_reserve()  # its room is for finish(): grades.csv, the pages and the report
 
     def complete(self, rec: Record, inc: Incoming) -> Record:
         """Add what the trusted side knows beyond the tests: identity, version, time, lateness."""
@@ -116,7 +255,7 @@ class Batch:
             submitted_at=inc.submitted_at,
             flag=inc.late_flag,
         )
-        return rec
+        return cap_record(rec)  # the note above can be long (many notebooks set aside)
 
     def finish(self, incoming: list[Incoming] | None = None) -> list[Record]:
         """Write grades.csv, the feedback pages and report.html from the gradebook; return its records."""

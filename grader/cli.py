@@ -13,12 +13,16 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from grader import __version__
 from grader.config import Assignment, ConfigError, find_course_root, load_course
 from grader.record import Record
 from grader.sandbox import SandboxSetupError
+
+if TYPE_CHECKING:
+    from grader.batch import Batch
+    from grader.intake import IntakeReport
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -137,9 +141,20 @@ def cmd_grade(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if not intake.submissions:
         raise CliError("no submissions found", "Pass notebooks (.ipynb), folders that contain them, or an LMS zip.")
     _warn_isolation(args.isolation, err)
-    from grader.batch import Batch
+    from grader.batch import Batch, DiskFull
 
     batch = Batch(assignment, out_dir, isolation=args.isolation)
+    try:
+        return _grade_batch(batch, intake, args, out_dir, err)
+    except DiskFull as exc:
+        # after the abort: no work is left running, and the gradebook holds every result so far
+        print(f"jaxgrade: error: {exc.message}", file=err)
+        print(f"TIP: {exc.tip}", file=err)
+        return EXIT_FAIL
+
+
+def _grade_batch(batch: Batch, intake: IntakeReport, args: argparse.Namespace, out_dir: Path, err: TextIO) -> int:
+    assignment = batch.assignment
     with batch:
         todo = batch.plan(intake.submissions, regrade=args.regrade)
         jobs = args.jobs or max(1, min(os.cpu_count() or 1, len(todo) or 1))

@@ -19,7 +19,9 @@ is for people):
   ``#test-count``; ``tr.category`` (``data-category``, ``data-score``, ``data-max-score``);
   ``#tests tr.test`` (``data-name``, ``data-category``, ``data-status``, ``data-score``,
   ``data-max-score``, ``data-visibility``); ``#cells li.cell`` (``data-index``, ``data-status``,
-  ``data-ename``, ``data-line``); ``#missing li.missing`` (``data-name``).
+  ``data-ename``, ``data-line``); ``#cells-hidden`` (``data-count``: cells not shown, the page
+  being capped); ``#truncated`` (the record was cut: see its ``truncated``); ``#missing
+  li.missing`` (``data-name``).
 - report: ``#count``, ``#mean``, ``#median``, ``#max``, ``#min``, ``#possible`` (each with
   ``data-value``), ``#errored``, ``#timed-out``, ``img#histogram``; ``tr.test-rate`` (``data-name``,
   ``data-passed``, ``data-total``, ``data-rate``), ``tr.category-rate`` (``data-category``,
@@ -48,6 +50,8 @@ from grader.record import CATEGORIES, Record, TestResult
 
 SLOWEST = 10  # notebooks listed in the report's "slowest" table
 CLIP = 4000  # characters of one message, error value or output shown on a page
+PAGE_CELLS = 50  # failing cells listed on a page; the rest are counted (#cells-hidden)
+PAGE_MAX_BYTES = 400_000  # a feedback page's cap: fewer cells are shown until it fits
 HIST_SIZE = (640, 300)  # pixels
 
 STATUS_TEXT = {
@@ -228,7 +232,9 @@ def feedback_context(record: Record, *, course: str, title: str) -> dict[str, An
         "tests": tests,
         "passed": sum(t["status"] == "passed" for t in tests),
         "categories": [{"name": c, "score": s, "max_score": m} for c, (s, m) in cats.items()],
-        "cells": [_cell(c) for c in record.cells],
+        "cells": [_cell(c) for c in record.cells[:PAGE_CELLS]],
+        "cells_hidden": max(0, len(record.cells) - PAGE_CELLS) + int(record.truncated.get("cells_dropped", 0)),
+        "truncated": bool(record.truncated),
         "missing": [str(m) for m in record.missing],
         "graded_at": record.graded_at,
         "grader_version": record.grader_version,
@@ -236,8 +242,15 @@ def feedback_context(record: Record, *, course: str, title: str) -> dict[str, An
 
 
 def feedback_html(record: Record, *, course: str, title: str) -> str:
-    """One student's feedback page."""
-    return _render("feedback.html", **feedback_context(record, course=course, title=title))
+    """One student's feedback page, under PAGE_MAX_BYTES however many cells failed."""
+    ctx = feedback_context(record, course=course, title=title)
+    html = _render("feedback.html", **ctx)
+    while len(html.encode("utf-8")) > PAGE_MAX_BYTES and len(ctx["cells"]) > 1:
+        keep = len(ctx["cells"]) // 2
+        ctx["cells_hidden"] += len(ctx["cells"]) - keep
+        ctx["cells"] = ctx["cells"][:keep]
+        html = _render("feedback.html", **ctx)
+    return html
 
 
 def write_feedback(out_dir: Path, records: Iterable[Record], *, course: str, title: str) -> list[Path]:

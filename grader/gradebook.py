@@ -105,7 +105,15 @@ class Gradebook:
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
-        self._db.execute("COMMIT")
+        try:
+            self._db.execute("COMMIT")
+        except BaseException:
+            # a COMMIT that failed (disk full) can leave the transaction open: end it, so that
+            # the gradebook stays usable (a retry once room is made, the stop message)
+            if self._db.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.execute("ROLLBACK")
+            raise
 
     # -- assignments
     def set_assignment(self, info: AssignmentInfo) -> None:

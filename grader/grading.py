@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from grader import __version__
 from grader.notebook import NotebookError, load_notebook
-from grader.record import Record, total
+from grader.record import Record, cap_record, total
 from grader.sandbox import choose_isolation
 from grader.submission import Submission
 
@@ -184,7 +184,7 @@ def grade_notebook(
         session.close()
     rec.score, rec.max_score = total(rec.tests)
     rec.timings["total"] = round(time.monotonic() - t0, 3)
-    return rec
+    return cap_record(rec)  # the whole record stays small, however much the notebook printed
 
 
 def _env_for(assignment: Assignment) -> dict[str, str]:
@@ -298,12 +298,17 @@ def grade_many(
             if on_result:
                 on_result(p, rec)
     except BaseException:
-        # interrupted (Ctrl-C) or a grader bug: stop now instead of finishing the queue; the
-        # workers' sandboxes die with them
+        # interrupted (Ctrl-C), a failed commit (disk full) or a grader bug: stop now instead of
+        # finishing the queue; the workers' sandboxes die with them (bwrap --die-with-parent).
+        # The list is taken before shutdown(): CPython 3.11 sets pool._processes to None there.
+        procs = list((getattr(pool, "_processes", None) or {}).values())
         pool.shutdown(wait=False, cancel_futures=True)
-        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        for proc in procs:
             with contextlib.suppress(Exception):
                 proc.kill()
+        for proc in procs:
+            with contextlib.suppress(Exception):
+                proc.join(timeout=10)
         raise
     pool.shutdown()
     return out

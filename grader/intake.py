@@ -19,6 +19,9 @@
   ``assignment_<id>_export/``) holding ``submission_metadata.yml`` and one
   ``submission_<id>/`` folder per submission. Student = the first submitter's sid, else their
   email, else the folder name ``submission_<id>``; ``submitted_at`` = ``:created_at:``.
+  ``submission_metadata.yml`` is read only where Gradescope puts it (the export's top level, or
+  the zip's single top-level folder), never from inside a submission folder: one there is a
+  student's file, ignored and reported.
 - anything else: student = the notebook's file stem.
 
 The kind is decided per notebook, so a folder that is an extracted Moodle or Gradescope
@@ -87,6 +90,10 @@ TRAVERSAL = "path with '..' in the archive (refused)"
 ENCRYPTED = "encrypted entry (refused)"
 NESTED = "nested archive (not opened; extract it and pass it separately)"
 OUTSIDE_GRADESCOPE = "not inside a submission folder of the Gradescope export"
+PLANTED_META = (
+    "Gradescope metadata inside a submission or too deep in the export (ignored: only the export's own"
+    " submission_metadata.yml is read)"
+)
 _QUIET = (MACOSX, HIDDEN, NOT_NOTEBOOK, ONLINETEXT)  # junk, summarized by count in lines()
 
 _ARCHIVE_SUFFIXES = (".zip", ".tar", ".gz", ".tgz", ".bz2", ".xz", ".7z", ".rar", ".jar")
@@ -322,6 +329,8 @@ def _scan_zip(archive: _Archive, limits: ArchiveLimits, skipped: list[tuple[str,
     label = archive.path.name
     notebooks: list[tuple[zipfile.ZipInfo, list[str], str]] = []
     metas: dict[tuple[str, ...], dict[str, Any]] = {}
+    found_metas: list[tuple[tuple[str, ...], tuple[zipfile.ZipInfo, str]]] = []
+    tops: set[str] = set()  # top-level folders of the archive ("" for files at its top level)
     total = 0
     for info in zf.infolist():
         name = _entry_name(info)
@@ -342,17 +351,9 @@ def _scan_zip(archive: _Archive, limits: ArchiveLimits, skipped: list[tuple[str,
         if junk:
             skipped.append((display, junk))
             continue
+        tops.add(parts[0] if len(parts) > 1 else "")
         if parts[-1] == _GRADESCOPE_META:
-            if info.flag_bits & 0x1:
-                skipped.append((display, ENCRYPTED))
-                continue
-            try:
-                text = _read_small(zf, info, limits)
-            except _Refused as exc:
-                raise IntakeError(
-                    f"{display}: cannot read Gradescope's metadata ({exc}). Download the export again."
-                ) from None
-            metas[tuple(parts[:-1])] = _parse_metadata(text, display)
+            found_metas.append((tuple(parts[:-1]), (info, display)))
             continue
         if _moodle_plugin(parts) == "onlinetext":
             skipped.append((display, ONLINETEXT))
@@ -371,6 +372,22 @@ def _scan_zip(archive: _Archive, limits: ArchiveLimits, skipped: list[tuple[str,
             continue
         total += info.file_size
         notebooks.append((info, parts, display))
+    # an export is one folder (or files at the top): a folder beside others is not the export
+    single_top = tops if len(tops) == 1 and "" not in tops else set()
+    for folder, (info, display) in found_metas:
+        if not _lms_placed(folder, [f for f, _ in found_metas], single_top):
+            skipped.append((display, PLANTED_META))
+            continue
+        if info.flag_bits & 0x1:
+            skipped.append((display, ENCRYPTED))
+            continue
+        try:
+            text = _read_small(zf, info, limits)
+        except _Refused as exc:
+            raise IntakeError(
+                f"{display}: cannot read Gradescope's metadata ({exc}). Download the export again."
+            ) from None
+        metas[folder] = _parse_metadata(text, display)
     if total > limits.max_total_bytes:
         raise IntakeError(
             f"{archive.path}: its notebooks expand to {total / MiB:.0f} MiB, over the limit of "
@@ -475,6 +492,7 @@ def _scan_dir(root: Path, staging: Path, skipped: list[tuple[str, str]], seen: s
     top = root.resolve().name
     notebooks: list[tuple[Path, list[str]]] = []
     metas: dict[tuple[str, ...], dict[str, Any]] = {}
+    found_metas: list[tuple[tuple[str, ...], Path]] = []
     for dirpath, dirnames, filenames in os.walk(root):
         here = Path(dirpath)
         rel = here.relative_to(root).parts
@@ -503,11 +521,7 @@ def _scan_dir(root: Path, staging: Path, skipped: list[tuple[str, str]], seen: s
                 skipped.append((str(p), SYMLINK))
                 continue
             if f == _GRADESCOPE_META:
-                try:
-                    data = p.read_bytes()
-                except OSError as exc:
-                    raise IntakeError(f"{p}: cannot read Gradescope's metadata ({exc.strerror}).") from None
-                metas[tuple(parts[:-1])] = _parse_metadata(data, str(p))
+                found_metas.append((tuple(parts[:-1]), p))
                 continue
             if _moodle_plugin(parts) == "onlinetext":
                 skipped.append((str(p), ONLINETEXT))
@@ -516,6 +530,17 @@ def _scan_dir(root: Path, staging: Path, skipped: list[tuple[str, str]], seen: s
                 skipped.append((str(p), NESTED if f.lower().endswith(_ARCHIVE_SUFFIXES) else NOT_NOTEBOOK))
                 continue
             notebooks.append((p, parts))
+    for folder, p in found_metas:
+        # the folder passed is the export itself or holds it (a TA's downloads folder may hold
+        # several exports): any top-level folder that is not a submission's may hold metadata
+        if not _lms_placed(folder[1:], [f[1:] for f, _ in found_metas], None):
+            skipped.append((str(p), PLANTED_META))
+            continue
+        try:
+            data = p.read_bytes()
+        except OSError as exc:
+            raise IntakeError(f"{p}: cannot read Gradescope's metadata ({exc.strerror}).") from None
+        metas[folder] = _parse_metadata(data, str(p))
     out: list[_Cand] = []
     for p, parts in notebooks:
         real = p.resolve()
@@ -530,6 +555,22 @@ def _scan_dir(root: Path, staging: Path, skipped: list[tuple[str, str]], seen: s
 
 
 # --------------------------------------------------------------------------- recognising the LMS
+
+
+def _lms_placed(folder: tuple[str, ...], all_folders: list[tuple[str, ...]], tops: set[str] | None) -> bool:
+    """Whether a ``submission_metadata.yml`` in ``folder`` (relative to the input) is where
+    Gradescope puts it: at the export's top level, or in its single top-level folder.
+
+    Never one inside a submission folder: a student's upload can hold any file, and a metadata
+    file there would rename the class's submissions (issue 11).  A top-level one wins over all
+    others.  ``tops``: the top-level folders that may hold it (an archive's single top-level
+    folder), or None for a folder input, where any top-level folder not named like a submission
+    folder qualifies."""
+    if folder == ():
+        return True
+    if len(folder) != 1 or () in all_folders or _GS_FOLDER.match(folder[0]):
+        return False
+    return tops is None or folder[0] in tops
 
 
 def _moodle_plugin(parts: list[str]) -> str | None:

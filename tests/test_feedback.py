@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import statistics
 import struct
 from html.parser import HTMLParser
@@ -11,6 +12,8 @@ import pytest
 from browser import dump_dom, probe_images, requires_chromium
 
 from grader.feedback import (
+    PAGE_CELLS,
+    PAGE_MAX_BYTES,
     feedback_file_name,
     feedback_href,
     feedback_html,
@@ -20,7 +23,7 @@ from grader.feedback import (
     write_report,
 )
 from grader.output import safe_name
-from grader.record import Record, TestResult
+from grader.record import RECORD_MAX_BYTES, Record, TestResult, cap_record
 
 XSS = '<script>alert("x")</script>'
 IMG_XSS = "<img src=x onerror=\"document.title='pwned'\">"
@@ -329,6 +332,60 @@ def test_feedback_with_fractional_scores():
 
 
 # --------------------------------------------------------------------------- report
+
+
+def flood_record() -> Record:
+    """Issue 11: 330 failing cells, each printing 20,000 characters (a 7.4 MB record before the cap)."""
+    cells = [
+        {
+            "index": i,
+            "status": "error",
+            "ename": "ValueError",
+            "evalue": f"{i}:" + "e" * 20_000,
+            "output": f"{i}:" + "x" * 20_000,
+            "line": 2,
+            "source": "raise ValueError('e' * 20_000)",
+        }
+        for i in range(330)
+    ]
+    return make_record(cells=cells, message="m" * 50_000)
+
+
+def test_the_whole_record_is_capped_and_says_what_was_cut():
+    rec = flood_record()
+    before = len(rec.to_json().encode())
+    assert before > 7_000_000
+    capped = cap_record(rec)
+    size = len(capped.to_json().encode())
+    assert size <= RECORD_MAX_BYTES < 256 * 1024
+    cut = capped.truncated
+    assert cut["original_bytes"] == before and cut["limit_bytes"] == RECORD_MAX_BYTES
+    assert cut["cell_texts"] >= 2 * len(capped.cells) and cut.get("cells_dropped", 0) == 330 - len(capped.cells)
+    # scores, verdicts and the first failures are kept; each cut text says so
+    fresh = flood_record()
+    assert (capped.score, capped.status, [x.status for x in capped.tests]) == (
+        fresh.score,
+        fresh.status,
+        [x.status for x in fresh.tests],
+    )
+    assert capped.cells[0]["index"] == 0 and capped.cells[0]["ename"] == "ValueError"
+    assert "characters cut: the result record is capped" in capped.cells[0]["output"]
+    assert Record.from_dict(json.loads(capped.to_json())).truncated == cut  # it round-trips
+    small = make_record()
+    assert cap_record(small).truncated == {} and cap_record(small) is small  # nothing cut: nothing said
+
+
+def test_the_feedback_page_is_capped():
+    rec = flood_record()  # uncapped: the page alone must stay small as well
+    html = feedback_html(rec, course=COURSE, title=TITLE)
+    assert len(html.encode()) <= PAGE_MAX_BYTES
+    doc = parse(html)
+    shown = doc.find_all("li", cls="cell")
+    assert 1 <= len(shown) <= PAGE_CELLS and shown[0].attrs["data-index"] == "0"
+    assert int(doc.by_id("cells-hidden").attrs["data-count"]) == 330 - len(shown)
+    capped = parse(feedback_html(cap_record(flood_record()), course=COURSE, title=TITLE))
+    assert "cut from this result" in capped.by_id("truncated").text
+    assert int(capped.by_id("cells-hidden").attrs["data-count"]) == 330 - len(capped.find_all("li", cls="cell"))
 
 
 def class_records() -> list[Record]:

@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -31,7 +32,9 @@ import nbformat
 import pytest
 import yaml
 
+from grader.feedback import PAGE_MAX_BYTES
 from grader.output import safe_name
+from grader.record import RECORD_MAX_BYTES
 from grader.sandbox import choose_isolation
 from tests.minicourse import make_minicourse, procs_with
 
@@ -179,6 +182,37 @@ def test_result_files_stay_small(batch: dict) -> None:
         assert f.stat().st_size < 256 * 1024, f
     for f in (out / "feedback").iterdir():
         assert f.stat().st_size < 512 * 1024, f
+
+
+def test_a_flood_of_failing_cells_gets_a_capped_record_and_page(tmp_path: Path) -> None:
+    """Issue 11: 330 failing cells printing 20,000 characters each, graded with an honest
+    neighbour on their own (fast: this does not need the whole corpus's batch)."""
+    if choose_isolation("auto") != "bwrap":
+        if os.environ.get("JAXGRADE_REQUIRE_BWRAP", "") not in ("", "0"):
+            pytest.fail("bubblewrap is required (JAXGRADE_REQUIRE_BWRAP is set) but does not work here")
+        pytest.skip("bubblewrap is not available here: the attacks are graded in CI, where it is")
+    course = make_minicourse(tmp_path / "course", LIMITS)
+    name = "h_many_failing_cells_flood"
+    run = grade(tmp_path, course, [CORPUS / f"{name}.ipynb", CORPUS / "honest_full.ipynb"], "bwrap", "flood")
+    assert run["code"] == 0, run["stderr"][-3000:]
+    assert run["left"] == []
+    rec, expected = run["records"][name], EXPECTED[name]
+    assert (rec["score"], rec["status"]) == (expected["score"], expected["status"])
+    assert run["records"]["honest_full"]["score"] == 4
+    cut = rec["truncated"]
+    assert cut["original_bytes"] > 5 * RECORD_MAX_BYTES and cut["limit_bytes"] == RECORD_MAX_BYTES
+    assert cut["cell_texts"] > 0
+    assert [c["index"] for c in rec["cells"]][:1] == [0] and rec["cells"][0]["status"] == "error"
+    out: Path = run["out"]
+    assert (out / "results" / f"{name}.json").stat().st_size <= RECORD_MAX_BYTES + 1
+    page = (out / "feedback" / f"{name}.html").read_text(encoding="utf-8")
+    assert len(page.encode()) <= PAGE_MAX_BYTES and 'id="truncated"' in page and 'id="cells-hidden"' in page
+    con = sqlite3.connect(out / "gradebook.db")
+    try:
+        (row,) = con.execute("SELECT length(record) FROM results WHERE student=?", (name,)).fetchone()
+    finally:
+        con.close()
+    assert row <= RECORD_MAX_BYTES
 
 
 FALLBACK = sorted(n for n, e in EXPECTED.items() if "process" in e)

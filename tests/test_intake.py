@@ -596,3 +596,110 @@ def test_lines_summarize(tmp_path: Path) -> None:
     assert "older notebook of the same student" not in text
     refused = collect([make_zip(tmp_path / "r.zip", [("../x.ipynb", b"{}")])], tmp_path / "s")
     assert refused.lines() == ["intake: 0 submission(s)", "  skipped r.zip:../x.ipynb: " + intake.TRAVERSAL]
+
+
+# --------------------------------------------------------------------------- planted metadata (issue 11)
+
+PLANTED_META = """\
+submission_111:
+  :submitters:
+  - :name: Ada Lovelace
+    :sid: '1001'
+  :created_at: 2024-01-01 00:00:00 +00:00
+submission_222:
+  :submitters:
+  - :name: Ada Lovelace
+    :sid: '1001'
+  :created_at: 2023-01-01 00:00:00 +00:00
+submission_999:
+  :submitters:
+  - :name: Grace Hopper
+    :sid: '1002'
+  :created_at: 2099-01-01 00:00:00 +00:00
+"""
+
+
+def planted_tree(planted: bytes) -> list[tuple[str, bytes]]:
+    """Ada (1001, submission_111, late) plants metadata in her own folder that dates her submission
+    early and gives Grace (1002, submission_222) a later notebook she also plants, in submission_999."""
+    top = "assignment_9_export/"
+    return [
+        (top + "submission_metadata.yml", GRADESCOPE_META.encode()),
+        (top + "submission_111/hw1.ipynb", nb("ada")),
+        (top + "submission_111/submission_metadata.yml", planted),
+        (top + "submission_111/deeper/submission_metadata.yml", planted),
+        (top + "submission_111/submission_999/hw1.ipynb", nb("planted for grace")),
+        (top + "submission_222/hw1.ipynb", nb("group")),
+    ]
+
+
+@pytest.mark.parametrize("planted", [PLANTED_META.encode(), b"a: [unclosed"], ids=["rewrite", "malformed"])
+@pytest.mark.parametrize("as_folder", [False, True], ids=["zip", "folder"])
+def test_metadata_planted_inside_a_submission_is_ignored(tmp_path: Path, planted: bytes, as_folder: bool) -> None:
+    entries = planted_tree(planted)
+    if as_folder:
+        root = tmp_path / "download"
+        for name, data in entries:
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_bytes(data)
+        report = collect([root], tmp_path / "s")
+        label = f"{root}/assignment_9_export/"
+    else:
+        report = collect(
+            [make_zip(tmp_path / "export.zip", entries)], tmp_path / "s"
+        )  # a malformed one never refuses the class
+        label = "export.zip:assignment_9_export/"
+    subs = by_student(report)
+    assert sorted(subs) == ["1001", "1002"]
+    ada, grace = subs["1001"], subs["1002"]
+    # the attacker keeps her real submission time (hence her real late days)
+    assert ada.submitted_at == datetime(2024, 3, 1, 10, 0, 0, 123456, tzinfo=timezone(timedelta(hours=-8)))
+    assert ada.identity["submission_id"] == "111"
+    # what she uploaded stays hers (whichever of her two files is graded), never the classmate's
+    assert marker(ada.path) in ("x = 'ada'", "x = 'planted for grace'")
+    assert len(ada.ignored) == 1 and ada.ignored[0].startswith(f"{label}submission_111/")
+    # the classmate keeps her own notebook; nothing is set aside for her
+    assert marker(grace.path) == "x = 'group'" and grace.identity["submission_id"] == "222" and grace.ignored == ()
+    assert grace.submitted_at == datetime(2024, 3, 2, 8, 30, tzinfo=timezone.utc)
+    planted_reports = sorted(n for n, r in report.skipped if r == intake.PLANTED_META)
+    assert planted_reports == [
+        f"{label}submission_111/deeper/submission_metadata.yml",
+        f"{label}submission_111/submission_metadata.yml",
+    ]
+    assert any("ignored: only the export's own" in line for line in report.lines())  # the TA sees it
+
+
+def test_metadata_in_a_folder_beside_the_export_is_not_read(tmp_path: Path) -> None:
+    """In a zip, metadata is read at the top or in the single top-level folder: a second top-level
+    folder (not what Gradescope writes) does not make its own metadata count."""
+    z = make_zip(
+        tmp_path / "gs.zip",
+        [
+            ("a/submission_metadata.yml", PLANTED_META.encode()),
+            ("a/submission_999/x.ipynb", nb("a")),
+            ("b/c.ipynb", nb("b")),
+        ],
+    )
+    report = collect([z], tmp_path / "s")
+    assert ("gs.zip:a/submission_metadata.yml", intake.PLANTED_META) in report.skipped
+    assert "1002" not in by_student(report)
+
+
+def test_metadata_planted_in_a_submission_of_an_export_without_a_top_folder(tmp_path: Path) -> None:
+    """Metadata at the zip's top level, submissions beside it: a planted one is one level down."""
+    meta = "submission_7:\n  submitters:\n  - name: Ada\n    sid: 1001\n  created_at: 2024-01-01 00:00:00\n"
+    z = make_zip(
+        tmp_path / "gs.zip",
+        [
+            ("submission_metadata.yml", meta.encode()),
+            ("submission_7/a.ipynb", nb("ada")),
+            ("submission_7/submission_metadata.yml", PLANTED_META.encode()),
+            ("submission_8/a.ipynb", nb("grace")),
+        ],
+    )
+    report = collect([z], tmp_path / "s")
+    subs = by_student(report)
+    assert sorted(subs) == ["1001", "submission_8"]
+    assert subs["1001"].submitted_at == datetime(2024, 1, 1, tzinfo=timezone.utc)
+    assert marker(subs["submission_8"].path) == "x = 'grace'"
+    assert ("gs.zip:submission_7/submission_metadata.yml", intake.PLANTED_META) in report.skipped

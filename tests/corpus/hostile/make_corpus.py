@@ -282,6 +282,11 @@ def corpus() -> dict[str, dict]:
             "print('héllo wörld ✓ 日本語')",
         ),
     }
+    # issue 11: 330 failing cells, each printing 20,000 characters and raising with as many (a
+    # 7.4 MB record and a 1.5 MB page before the whole record and the page were capped)
+    nbs["h_many_failing_cells_flood"] = notebook(
+        *[f"print({i}, 'x' * 20_000)\nraise ValueError('e' * 20_000)" for i in range(330)], OK
+    )
     # honest submissions graded in the same batch: their results must not change
     nbs["honest_full"] = notebook(OK)
     nbs["honest_half"] = notebook(
