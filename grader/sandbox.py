@@ -25,7 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from grader import protocol
+from grader import cgroups, protocol
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,14 @@ class Limits:
     wall_timeout: float = 900.0  # whole submission, notebook and tests
     output_cap: int = 20_000  # characters of printed output kept per cell
     max_restarts: int = 3
+    # the whole sandbox (every process of the worker's or the evaluator's tree), by its cgroup
+    memory_total_bytes: int = 4 * GiB
+    pids_total: int = 512  # tasks: threads count, as for max_processes
+    cpu_weight: int = 100  # equal shares: a sandbox's 250 busy children get one sandbox's CPU
+    scratch_bytes: int = 512 * MiB  # the scratch directory, a tmpfs of this size
+
+    def cgroup_limits(self) -> cgroups.CgroupLimits:
+        return cgroups.CgroupLimits(self.memory_total_bytes, self.pids_total, self.cpu_weight)
 
     def worker_args(self, nproc_offset: int = 0) -> list[str]:
         """The worker's rlimit flags; ``nproc_offset`` adds the processes the uid already has
@@ -199,6 +207,9 @@ class SandboxProcess:
         self._fds: list[int] = []
         self.uid = NOBODY
         self._uid_lease = UidLease()
+        self.cgroup: cgroups.SandboxCgroup | None = None
+        self.cpu_seconds: float | None = None  # the whole tree's CPU time, once it ended (cgroups)
+        self.oom_kills = 0  # processes the OOM killer ended in it
 
     # -- lifecycle
     def start(self) -> None:
@@ -225,6 +236,11 @@ class SandboxProcess:
             *(["--pid-namespace"] if self.isolation == "bwrap" else []),
         ]
         kwargs: dict[str, Any] = {}
+        cgroups.protect_trusted()  # the OOM killer picks sandboxes, never us
+        hierarchy, _ = cgroups.host_hierarchy()
+        if hierarchy is not None:
+            self.cgroup = cgroups.SandboxCgroup.create(hierarchy, self.limits.cgroup_limits())
+        enter = cgroups.enter_prefix(self.cgroup.procs_files if self.cgroup else [])
         if self.isolation == "bwrap":
             try:
                 cmd = self._bwrap_prefix(env) + cmd
@@ -232,6 +248,7 @@ class SandboxProcess:
                 for fd in self._fds:
                     os.close(fd)
                 self._fds = []
+                self._end_cgroup()
                 raise
             kwargs["pass_fds"] = tuple(self._fds)
             popen_env: dict[str, str] | None = {"PATH": "/usr/bin:/bin"}
@@ -240,7 +257,7 @@ class SandboxProcess:
             popen_env = env
             cwd = str(self.scratch)
         self.proc = subprocess.Popen(
-            cmd,
+            enter + cmd,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=open(self.scratch / ".jaxgrade" / "sandbox.log", "ab"),
@@ -359,7 +376,18 @@ class SandboxProcess:
             log.error("sandbox process %s did not exit after SIGKILL", self.proc.pid)
         if self.isolation == "process":
             sweep_marker(self.marker)
+        self._end_cgroup()
         self._uid_lease.release()
+
+    def _end_cgroup(self) -> None:
+        """Kill what is left in the sandbox's cgroup, note its CPU time, and remove it."""
+        if self.cgroup is None:
+            return
+        self.cgroup.kill_all()
+        self.cpu_seconds = self.cgroup.cpu_seconds()
+        self.oom_kills = self.cgroup.oom_kills()
+        self.cgroup.remove()
+        self.cgroup = None
 
     # -- framed I/O
     def send(self, header: dict[str, Any], payload: bytes = b"") -> None:
@@ -462,8 +490,60 @@ def _parents(dest: str, made: set[str]) -> list[str]:
     return out
 
 
-def make_scratch(prefix: str = "jaxgrade-") -> Path:
-    """A fresh scratch directory outside the repository and the output directory."""
+def make_scratch(prefix: str = "jaxgrade-", size_bytes: int | None = None) -> Path:
+    """A fresh scratch directory outside the repository and the output directory; with
+    ``size_bytes`` and as root, a tmpfs of that size, so a cell that fills it gets ENOSPC
+    ("No space left on device") and the disk the gradebook lives on is not touched."""
     path = Path(tempfile.mkdtemp(prefix=prefix))
     os.chmod(path, 0o700)
+    if size_bytes is not None and scratch_status()[0]:
+        opts = f"size={int(size_bytes)},mode=0700,nosuid,nodev"
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "jaxgrade-scratch", str(path)], capture_output=True)
+        if done.returncode != 0:
+            log.warning(
+                "scratch %s is not size-capped: mount failed: %s", path, done.stderr.decode(errors="replace")[:300]
+            )
     return path
+
+
+def remove_scratch(path: Path) -> None:
+    """Remove a scratch directory made by :func:`make_scratch` (unmounting its tmpfs)."""
+    if os.path.ismount(path):
+        # lazy: a sandbox's mount namespace that is still going away does not keep it busy
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@lru_cache(maxsize=1)
+def scratch_status() -> tuple[bool, str]:
+    """(scratch directories can be size-capped tmpfs mounts here, why not)."""
+    if os.environ.get("JAXGRADE_NO_SCRATCH_TMPFS", "") not in ("", "0"):
+        return False, "JAXGRADE_NO_SCRATCH_TMPFS is set"
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        return False, "the grader is not root (mounting a size-capped tmpfs needs root)"
+    probe = Path(tempfile.mkdtemp(prefix="jaxgrade-probe-"))
+    try:
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=1m", "jaxgrade-probe", str(probe)], capture_output=True
+        )
+        if done.returncode != 0:
+            return False, f"mount -t tmpfs failed: {done.stderr.decode(errors='replace').strip()[:200]}"
+        subprocess.run(["umount", str(probe)], capture_output=True)
+        return True, ""
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+
+
+def resource_warning() -> str | None:
+    """What about a sandbox's resources is not bounded here (None when everything is)."""
+    parts = []
+    cg = cgroups.cgroup_warning()
+    if cg:
+        parts.append(cg)
+    ok, why = scratch_status()
+    if not ok:
+        parts.append(
+            f"WARNING: scratch directories are not size-capped ({why}): a submission can fill the disk "
+            "that holds $TMPDIR (keep the output directory on another filesystem)."
+        )
+    return "\n".join(parts) or None
