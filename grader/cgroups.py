@@ -120,27 +120,38 @@ def _detect_v2(root: Path, path: str) -> tuple[Hierarchy | None, str]:
         return None, f"the memory controller is not available to {base} (cgroup v2; not delegated?)"
     enabled = (base / "cgroup.subtree_control").read_text().split()
     if not set(wanted) <= set(enabled):
+        # "no internal processes": a non-root cgroup with controllers for its children holds no
+        # process itself, so ours (and our neighbours in it) move to a leaf first; the root of a
+        # cgroup namespace looks like the root but is not exempt, hence the retry on EBUSY
         if base != root:
-            # "no internal processes": a non-root cgroup with controllers for its children holds
-            # no process itself, so ours (and our neighbours in it) move to a leaf first
-            leaf = base / TRUSTED_LEAF
-            leaf.mkdir(exist_ok=True)
-            for _ in range(5):
-                pids = (base / "cgroup.procs").read_text().split()
-                if not pids:
-                    break
-                for pid in pids:
-                    try:
-                        _write(leaf / "cgroup.procs", pid)
-                    except OSError as exc:
-                        if exc.errno != errno.ESRCH:
-                            raise
-        _write(base / "cgroup.subtree_control", " ".join(f"+{c}" for c in wanted))
+            _move_to_leaf(base)
+        try:
+            _write(base / "cgroup.subtree_control", " ".join(f"+{c}" for c in wanted))
+        except OSError as exc:
+            if exc.errno != errno.EBUSY:
+                raise
+            _move_to_leaf(base)
+            _write(base / "cgroup.subtree_control", " ".join(f"+{c}" for c in wanted))
     parent = base / PARENT
     parent.mkdir(exist_ok=True)
     _write(parent / "cgroup.subtree_control", " ".join(f"+{c}" for c in wanted))
     missing = tuple(c for c in V2_CONTROLLERS if c not in wanted)
     return Hierarchy(2, {"": parent}, missing), ""
+
+
+def _move_to_leaf(base: Path) -> None:
+    leaf = base / TRUSTED_LEAF
+    leaf.mkdir(exist_ok=True)
+    for _ in range(5):  # processes may fork while we move them
+        pids = (base / "cgroup.procs").read_text().split()
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                _write(leaf / "cgroup.procs", pid)
+            except OSError as exc:
+                if exc.errno != errno.ESRCH:
+                    raise
 
 
 @lru_cache(maxsize=1)

@@ -239,7 +239,10 @@ class SandboxProcess:
         cgroups.protect_trusted()  # the OOM killer picks sandboxes, never us
         hierarchy, _ = cgroups.host_hierarchy()
         if hierarchy is not None:
-            self.cgroup = cgroups.SandboxCgroup.create(hierarchy, self.limits.cgroup_limits())
+            try:
+                self.cgroup = cgroups.SandboxCgroup.create(hierarchy, self.limits.cgroup_limits())
+            except OSError as exc:  # never run a sandbox unbounded where bounds were promised
+                raise SandboxSetupError(f"cannot create the sandbox's cgroup: {exc}") from None
         enter = cgroups.enter_prefix(self.cgroup.procs_files if self.cgroup else [])
         if self.isolation == "bwrap":
             try:

@@ -266,3 +266,41 @@ def test_a_sandbox_cgroup_is_removed_when_it_ends() -> None:
         proc.kill()
         sandbox.remove_scratch(d)
     assert not any(x.exists() for x in dirs) and proc.cpu_seconds is not None
+
+
+def test_v2_namespace_root_that_refuses_controllers_moves_its_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a container's cgroup namespace, "/" is not the real root: enabling controllers there
+    fails with EBUSY while it holds processes, so they move to a leaf and it is tried again."""
+    import errno
+
+    root = tmp_path / "cg"
+    fake_v2(root)
+    (root / "cgroup.procs").write_text("1\n77\n")
+    real_write, calls = cgroups._write, []
+
+    def write(path: Path, value: str) -> None:
+        calls.append(path)
+        if path == root / "cgroup.subtree_control" and calls.count(path) == 1:
+            raise OSError(errno.EBUSY, "Device or resource busy")
+        real_write(path, value)
+
+    monkeypatch.setattr(cgroups, "_write", write)
+    hier, why = detect(root, "0::/\n")
+    assert hier is not None, why
+    assert (root / "jaxgrade-trusted" / "cgroup.procs").read_text() == "77"
+    assert (root / "cgroup.subtree_control").read_text() == "+memory +pids +cpu"
+
+
+def test_whole_sandbox_limits_are_grading_yaml_keys() -> None:
+    from pydantic import ValidationError
+
+    from grader.config import LimitsConfig
+
+    limits = LimitsConfig(memory_total_bytes=2**30, pids_total=100, cpu_weight=200, scratch_bytes=2**27).to_limits()
+    assert limits.cgroup_limits() == CgroupLimits(2**30, 100, 200)
+    assert limits.scratch_bytes == 2**27
+    for bad in ({"memory_total_bytes": 2**20}, {"pids_total": 10}, {"cpu_weight": 0}, {"scratch_bytes": 1}):
+        with pytest.raises(ValidationError):
+            LimitsConfig(**bad)
