@@ -325,10 +325,12 @@ def enter_prefix(procs_files: list[str], oom_score_adj: int = 1000) -> list[str]
 
     It runs before bwrap, so the sandbox's first process, and everything it starts, is in the
     cgroup before any student code exists; if it cannot join, the sandbox does not start."""
+    if not procs_files and not os.path.exists("/proc/self/oom_score_adj"):
+        return []  # not Linux: nothing to join, no OOM score
     script = (
         'while [ "$1" != -- ]; do echo $$ > "$1" || { echo "jaxgrade: cannot join cgroup $1" >&2; exit 125; }; '
         "shift; done; shift; "
-        f"echo {int(oom_score_adj)} > /proc/self/oom_score_adj 2>/dev/null; "
+        f"echo {int(oom_score_adj)} 2>/dev/null >/proc/self/oom_score_adj; "
         'exec "$@"'
     )
     return ["/bin/sh", "-c", script, "jaxgrade-enter", *procs_files, "--"]

@@ -237,7 +237,7 @@ def test_tree_memory_bomb_and_full_scratch_stay_in_their_sandbox(tmp_path: Path)
         recs, indent=1
     )[:4000]
     mem = {c["index"]: c for c in recs["h_memory_many_children"]["cells"]}
-    assert mem[0]["status"] in ("error", "died"), mem
+    assert mem[0]["status"] in ("error", "died", "killed", "timeout"), mem
     assert "OOM killer" in recs["h_memory_many_children"]["message"]
     disk = {c["index"]: c for c in recs["h_fill_scratch_disk"]["cells"]}
     assert disk[0]["status"] == "error" and "No space left on device" in json.dumps(disk[0]), disk
