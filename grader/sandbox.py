@@ -5,8 +5,12 @@ at ``/opt/jaxgrade``, and one writable directory, its scratch (``/sandbox``): no
 ``reference/``, the hidden tests, the output directory or other submissions.  It has no network,
 its own PID namespace (so killing it ends its whole process tree), a separate uid (the host's
 ``nobody`` when the grader runs as root), ``--die-with-parent``, and rlimits set by the worker
-before it reads any input.  Without bwrap the same limits apply to a plain subprocess in its own
-session, and :func:`isolation_warning` says what is lost.
+before it reads any input.  Where the grader may (root, or a delegated cgroup), each sandbox also
+has its own cgroup (memory, processes and CPU share of its whole tree, :mod:`grader.cgroups`), an
+OOM score that makes the kernel pick it before any trusted process, and a scratch directory that
+is a tmpfs of ``Limits.scratch_bytes``; :func:`resource_warning` says what is not bounded.
+Without bwrap the same limits apply to a plain subprocess in its own session, and
+:func:`isolation_warning` says what is lost.
 """
 
 from __future__ import annotations
@@ -259,17 +263,21 @@ class SandboxProcess:
         else:
             popen_env = env
             cwd = str(self.scratch)
-        self.proc = subprocess.Popen(
-            enter + cmd,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=open(self.scratch / ".jaxgrade" / "sandbox.log", "ab"),
-            cwd=cwd,
-            env=popen_env,
-            start_new_session=True,
-            close_fds=True,
-            **kwargs,
-        )
+        try:
+            self.proc = subprocess.Popen(
+                enter + cmd,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=open(self.scratch / ".jaxgrade" / "sandbox.log", "ab"),
+                cwd=cwd,
+                env=popen_env,
+                start_new_session=True,
+                close_fds=True,
+                **kwargs,
+            )
+        except BaseException:
+            self._end_cgroup()
+            raise
         for fd in self._fds:
             os.close(fd)
         self._fds = []
@@ -358,6 +366,7 @@ class SandboxProcess:
     def kill(self) -> None:
         """End the sandbox and every process in it."""
         if self.proc is None:
+            self._end_cgroup()
             return
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
