@@ -239,6 +239,8 @@ class SandboxProcess:
             *self.limits.worker_args(offset),
             *(["--pid-namespace"] if self.isolation == "bwrap" else []),
         ]
+        if self.module == "grader.worker" and os.path.ismount(self.scratch):  # a size-capped tmpfs
+            cmd.append(f"--reserve-bytes={min(32 * MiB, self.limits.scratch_bytes // 8)}")
         kwargs: dict[str, Any] = {}
         cgroups.protect_trusted()  # the OOM killer picks sandboxes, never us
         hierarchy, _ = cgroups.host_hierarchy()
