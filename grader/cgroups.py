@@ -156,10 +156,41 @@ def _move_to_leaf(base: Path) -> None:
 
 @lru_cache(maxsize=1)
 def host_hierarchy() -> tuple[Hierarchy | None, str]:
-    """This machine's usable hierarchy, detected once per process."""
+    """This machine's usable hierarchy, detected once per process (stale cgroups swept)."""
     if os.environ.get("JAXGRADE_NO_CGROUPS", "") not in ("", "0"):
         return None, "JAXGRADE_NO_CGROUPS is set"
-    return detect()
+    hier, why = detect()
+    if hier is not None:
+        sweep_stale(hier)
+    return hier, why
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale(hierarchy: Hierarchy) -> int:
+    """Remove the cgroups of sandboxes whose grader process is gone (a grader killed with
+    SIGKILL never removes them), killing what is left in them; returns how many."""
+    stale: dict[str, dict[str, Path]] = {}
+    for ctrl, parent in hierarchy.parents.items():
+        try:
+            names = [d.name for d in parent.iterdir() if d.is_dir() and d.name.startswith("sbx-")]
+        except OSError:
+            continue
+        for name in names:
+            owner = name.split("-")[1]
+            if owner.isdigit() and not _pid_alive(int(owner)):
+                stale.setdefault(name, {})[ctrl] = parent / name
+    for dirs in stale.values():
+        SandboxCgroup(hierarchy, dirs).remove()
+    return len(stale)
 
 
 def cgroup_warning() -> str | None:

@@ -512,7 +512,8 @@ def make_scratch(prefix: str = "jaxgrade-", size_bytes: int | None = None) -> Pa
     os.chmod(path, 0o700)
     if size_bytes is not None and scratch_status()[0]:
         opts = f"size={int(size_bytes)},mode=0700,nosuid,nodev"
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "jaxgrade-scratch", str(path)], capture_output=True)
+        source = f"{SCRATCH_SOURCE}{os.getpid()}"  # whose it is, for sweep_stale_scratch
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, source, str(path)], capture_output=True)
         if done.returncode != 0:
             log.warning(
                 "scratch %s is not size-capped: mount failed: %s", path, done.stderr.decode(errors="replace")[:300]
@@ -526,6 +527,30 @@ def remove_scratch(path: Path) -> None:
         # lazy: a sandbox's mount namespace that is still going away does not keep it busy
         subprocess.run(["umount", "-l", str(path)], capture_output=True)
     shutil.rmtree(path, ignore_errors=True)
+
+
+SCRATCH_SOURCE = "jaxgrade-scratch-"
+
+
+def sweep_stale_scratch(mounts: str | None = None) -> list[str]:
+    """Unmount and remove scratch tmpfs mounts whose grader process is gone (SIGKILL): their
+    contents would otherwise hold memory until the next reboot.  Returns their paths."""
+    if mounts is None:
+        try:
+            mounts = Path("/proc/self/mounts").read_text()
+        except OSError:
+            return []
+    swept = []
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) < 3 or fields[2] != "tmpfs" or not fields[0].startswith(SCRATCH_SOURCE):
+            continue
+        owner = fields[0][len(SCRATCH_SOURCE) :]
+        if owner.isdigit() and not cgroups._pid_alive(int(owner)):
+            path = Path(fields[1].replace("\\040", " "))
+            remove_scratch(path)
+            swept.append(str(path))
+    return swept
 
 
 @lru_cache(maxsize=1)
@@ -543,6 +568,7 @@ def scratch_status() -> tuple[bool, str]:
         if done.returncode != 0:
             return False, f"mount -t tmpfs failed: {done.stderr.decode(errors='replace').strip()[:200]}"
         subprocess.run(["umount", str(probe)], capture_output=True)
+        sweep_stale_scratch()
         return True, ""
     finally:
         shutil.rmtree(probe, ignore_errors=True)

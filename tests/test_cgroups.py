@@ -304,3 +304,33 @@ def test_whole_sandbox_limits_are_grading_yaml_keys() -> None:
     for bad in ({"memory_total_bytes": 2**20}, {"pids_total": 10}, {"cpu_weight": 0}, {"scratch_bytes": 1}):
         with pytest.raises(ValidationError):
             LimitsConfig(**bad)
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_cgroups_of_a_grader_killed_with_sigkill_are_swept(tmp_path: Path) -> None:
+    fake_v2(tmp_path / "cg")
+    hier, _ = detect(tmp_path / "cg", "0::/grader.slice\n")
+    assert hier is not None
+    gone = SandboxCgroup.create(hier, CgroupLimits(1 << 30, 100), name=f"sbx-{dead_pid()}-a")
+    ours = SandboxCgroup.create(hier, CgroupLimits(1 << 30, 100), name=f"sbx-{os.getpid()}-b")
+    for cg in (gone, ours):
+        (cg.dirs[""] / "cgroup.procs").write_text("")
+    assert cgroups.sweep_stale(hier) == 1
+    assert not gone.dirs[""].exists() and ours.dirs[""].exists()
+
+
+def test_scratch_mounts_of_a_grader_killed_with_sigkill_are_swept(monkeypatch: pytest.MonkeyPatch) -> None:
+    removed: list[Path] = []
+    monkeypatch.setattr(sandbox, "remove_scratch", removed.append)
+    mounts = (
+        f"jaxgrade-scratch-{dead_pid()} /tmp/jaxgrade-sub-a tmpfs rw,size=524288k 0 0\n"
+        f"jaxgrade-scratch-{os.getpid()} /tmp/jaxgrade-sub-b tmpfs rw,size=524288k 0 0\n"
+        "tmpfs /run tmpfs rw 0 0\n"
+    )
+    assert sandbox.sweep_stale_scratch(mounts) == ["/tmp/jaxgrade-sub-a"]
+    assert removed == [Path("/tmp/jaxgrade-sub-a")]
