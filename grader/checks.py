@@ -521,11 +521,13 @@ def check_is_jitted(
         )
 
 
-def check_no_vmap(submission: Any, name: str, args: tuple[Any, ...] | list[Any]) -> None:
+def check_no_vmap(submission: Any, name: str, args: tuple[Any, ...] | list[Any], *, reference: Any = None) -> None:
     """``name`` is vectorized without ``jax.vmap``, judged on the trusted side: the module
     exported for the shapes of ``args`` has no operation traced under ``vmap`` (JAX's name stack
     in its locations), and neither its source nor any notebook definition it names mentions
-    ``vmap``.  A student who forges this must hand over a module without ``vmap`` in it."""
+    ``vmap``.  A function that cannot be traced (NumPy) is judged from its source alone.  Like
+    every property test it counts only for a function that works: given a ``reference``, the
+    module's (or, untraceable, the eager) result on ``args`` must match it."""
     args = tuple(args)
     reachable = (
         submission.reachable_sources(name)
@@ -537,9 +539,21 @@ def check_no_vmap(submission: Any, name: str, args: tuple[Any, ...] | list[Any])
         try:
             exp = submission.export(name, example=args)
         except StudentRaised:
-            return  # not traceable (NumPy): no jax.vmap ran, and the source does not name it
-        _, info = submission.evaluate(name, exp.module, *args)
-        vmapped = _module_fact(name, info.get("analysis", {}), "vmapped")
+            exp = None  # not traceable (NumPy): no jax.vmap ran, and the source does not name it
+        if exp is not None:
+            got, info = submission.evaluate(name, exp.module, *args)
+            vmapped = _module_fact(name, info.get("analysis", {}), "vmapped")
+        else:
+            got = submission.call(name, *args).value
+        if reference is not None and not vmapped:
+            try:
+                assert_close(got, reference(*args), name=f"{name}{_describe_call(args, {})}")
+            except CheckFailure as exc:
+                raise CheckFailure(
+                    f"{exc.message} — this test counts only for a function that works: fix the numbers first "
+                    "(the numerics tests show where they go wrong)",
+                    exc.hint,
+                ) from None
     if vmapped:
         raise CheckFailure(
             f"`{name}` uses jax.vmap; this one must be vectorized by hand",

@@ -137,9 +137,14 @@ def test_manually_vectorized_convolve_vectorized(submission, reference, rng):
 
 @pytest.mark.category("vectorization")
 @pytest.mark.points(2)
-def test_manually_vectorized_convolve_no_vmap(submission, rng):
-    """manually_vectorized_convolve is vectorized by hand, without jax.vmap."""
-    check_no_vmap(submission, "manually_vectorized_convolve", make_args(rng, "manually_vectorized_convolve", 4, 9))
+def test_manually_vectorized_convolve_no_vmap(submission, reference, rng):
+    """manually_vectorized_convolve is vectorized by hand, without jax.vmap (and works)."""
+    check_no_vmap(
+        submission,
+        "manually_vectorized_convolve",
+        make_args(rng, "manually_vectorized_convolve", 4, 9),
+        reference=reference.manually_vectorized_convolve,
+    )
 
 
 # --------------------------------------------------------------------------- jit (6)
