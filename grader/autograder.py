@@ -439,6 +439,10 @@ def _grade(assignment: Assignment, notebook: Path, info: SubmissionInfo, isolati
     warning = isolation_warning(choose_isolation(isolation))
     if warning:
         print(f"jaxgrade autograder: {warning}", flush=True)
+    from grader.sandbox import resource_warning
+
+    for line in (resource_warning() or "").splitlines():
+        print(f"jaxgrade autograder: {line}", flush=True)
     rec = grade_many(assignment, [notebook], jobs=1, students={notebook: info.student}, isolation=isolation)[notebook]
     rec.identity = dict(info.identity)
     rec.graded_at = datetime.now(timezone.utc).isoformat(timespec="seconds")

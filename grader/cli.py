@@ -380,6 +380,11 @@ def _warn_isolation(requested: str, err: TextIO) -> None:
         raise CliError(str(exc), "Install bubblewrap (apt-get install bubblewrap) or use --isolation auto.") from None
     if warning:
         print(warning, file=err)
+    from grader.sandbox import resource_warning
+
+    limits = resource_warning()
+    if limits:
+        print(limits, file=err)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -64,6 +64,10 @@ class LimitsConfig(_Model):
     cpu_seconds: Annotated[Count, Field(gt=0)] = 1200
     output_cap: Annotated[Count, Field(gt=0)] = 20_000
     max_restarts: Annotated[Count, Field(ge=0)] = 3
+    memory_total_bytes: Annotated[Count, Field(ge=512 * 1024**2)] = 4 * GiB
+    pids_total: Annotated[Count, Field(ge=64)] = 512
+    cpu_weight: Annotated[Count, Field(ge=1, le=10_000)] = 100
+    scratch_bytes: Annotated[Count, Field(ge=64 * 1024**2)] = 512 * 1024**2
 
     @field_validator("memory_bytes")
     @classmethod

@@ -182,6 +182,15 @@ def grade_notebook(
                 rec.status = "timeout"
     finally:
         session.close()
+    cpu = session.cpu_seconds()
+    if cpu is not None:  # the sandboxes' own CPU time: what a busy neighbour cannot inflate
+        rec.timings["cpu"] = round(cpu, 3)
+    if session.oom_kills():
+        rec.message = _join(
+            rec.message,
+            f"the kernel's OOM killer ended {session.oom_kills()} process(es) of this submission: its sandbox "
+            f"may use {assignment.limits.memory_total_bytes / 2**20:.0f} MiB of memory in all",
+        )
     rec.score, rec.max_score = total(rec.tests)
     rec.timings["total"] = round(time.monotonic() - t0, 3)
     return cap_record(rec)  # the whole record stays small, however much the notebook printed
@@ -262,6 +271,9 @@ def grade_many(
     """Grade several notebooks, ``jobs`` at a time, each in a fresh trusted worker process pool."""
     import multiprocessing
 
+    from grader.cgroups import protect_trusted
+
+    protect_trusted()
     students = students or {}
     out: dict[Path, Record] = {}
     devices = assignment.config.devices
@@ -320,6 +332,9 @@ def _init_worker(devices: int, parent: int) -> None:
     import signal
 
     _set_trusted_devices(devices)
+    from grader.cgroups import protect_trusted
+
+    protect_trusted()  # the OOM killer must pick a sandbox, never a trusted worker (a lost batch)
     if sys.platform.startswith("linux"):
         import ctypes
 

@@ -5,8 +5,12 @@ at ``/opt/jaxgrade``, and one writable directory, its scratch (``/sandbox``): no
 ``reference/``, the hidden tests, the output directory or other submissions.  It has no network,
 its own PID namespace (so killing it ends its whole process tree), a separate uid (the host's
 ``nobody`` when the grader runs as root), ``--die-with-parent``, and rlimits set by the worker
-before it reads any input.  Without bwrap the same limits apply to a plain subprocess in its own
-session, and :func:`isolation_warning` says what is lost.
+before it reads any input.  Where the grader may (root, or a delegated cgroup), each sandbox also
+has its own cgroup (memory, processes and CPU share of its whole tree, :mod:`grader.cgroups`), an
+OOM score that makes the kernel pick it before any trusted process, and a scratch directory that
+is a tmpfs of ``Limits.scratch_bytes``; :func:`resource_warning` says what is not bounded.
+Without bwrap the same limits apply to a plain subprocess in its own session, and
+:func:`isolation_warning` says what is lost.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from grader import protocol
+from grader import cgroups, protocol
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +63,14 @@ class Limits:
     wall_timeout: float = 900.0  # whole submission, notebook and tests
     output_cap: int = 20_000  # characters of printed output kept per cell
     max_restarts: int = 3
+    # the whole sandbox (every process of the worker's or the evaluator's tree), by its cgroup
+    memory_total_bytes: int = 4 * GiB
+    pids_total: int = 512  # tasks: threads count, as for max_processes
+    cpu_weight: int = 100  # equal shares: a sandbox's 250 busy children get one sandbox's CPU
+    scratch_bytes: int = 512 * MiB  # the scratch directory, a tmpfs of this size
+
+    def cgroup_limits(self) -> cgroups.CgroupLimits:
+        return cgroups.CgroupLimits(self.memory_total_bytes, self.pids_total, self.cpu_weight)
 
     def worker_args(self, nproc_offset: int = 0) -> list[str]:
         """The worker's rlimit flags; ``nproc_offset`` adds the processes the uid already has
@@ -199,6 +211,9 @@ class SandboxProcess:
         self._fds: list[int] = []
         self.uid = NOBODY
         self._uid_lease = UidLease()
+        self.cgroup: cgroups.SandboxCgroup | None = None
+        self.cpu_seconds: float | None = None  # the whole tree's CPU time, once it ended (cgroups)
+        self.oom_kills = 0  # processes the OOM killer ended in it
 
     # -- lifecycle
     def start(self) -> None:
@@ -224,7 +239,17 @@ class SandboxProcess:
             *self.limits.worker_args(offset),
             *(["--pid-namespace"] if self.isolation == "bwrap" else []),
         ]
+        if self.module == "grader.worker" and os.path.ismount(self.scratch):  # a size-capped tmpfs
+            cmd.append(f"--reserve-bytes={min(32 * MiB, self.limits.scratch_bytes // 8)}")
         kwargs: dict[str, Any] = {}
+        cgroups.protect_trusted()  # the OOM killer picks sandboxes, never us
+        hierarchy, _ = cgroups.host_hierarchy()
+        if hierarchy is not None:
+            try:
+                self.cgroup = cgroups.SandboxCgroup.create(hierarchy, self.limits.cgroup_limits())
+            except OSError as exc:  # never run a sandbox unbounded where bounds were promised
+                raise SandboxSetupError(f"cannot create the sandbox's cgroup: {exc}") from None
+        enter = cgroups.enter_prefix(self.cgroup.procs_files if self.cgroup else [])
         if self.isolation == "bwrap":
             try:
                 cmd = self._bwrap_prefix(env) + cmd
@@ -232,6 +257,7 @@ class SandboxProcess:
                 for fd in self._fds:
                     os.close(fd)
                 self._fds = []
+                self._end_cgroup()
                 raise
             kwargs["pass_fds"] = tuple(self._fds)
             popen_env: dict[str, str] | None = {"PATH": "/usr/bin:/bin"}
@@ -239,17 +265,21 @@ class SandboxProcess:
         else:
             popen_env = env
             cwd = str(self.scratch)
-        self.proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=open(self.scratch / ".jaxgrade" / "sandbox.log", "ab"),
-            cwd=cwd,
-            env=popen_env,
-            start_new_session=True,
-            close_fds=True,
-            **kwargs,
-        )
+        try:
+            self.proc = subprocess.Popen(
+                enter + cmd,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=open(self.scratch / ".jaxgrade" / "sandbox.log", "ab"),
+                cwd=cwd,
+                env=popen_env,
+                start_new_session=True,
+                close_fds=True,
+                **kwargs,
+            )
+        except BaseException:
+            self._end_cgroup()
+            raise
         for fd in self._fds:
             os.close(fd)
         self._fds = []
@@ -338,6 +368,7 @@ class SandboxProcess:
     def kill(self) -> None:
         """End the sandbox and every process in it."""
         if self.proc is None:
+            self._end_cgroup()
             return
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
@@ -359,7 +390,18 @@ class SandboxProcess:
             log.error("sandbox process %s did not exit after SIGKILL", self.proc.pid)
         if self.isolation == "process":
             sweep_marker(self.marker)
+        self._end_cgroup()
         self._uid_lease.release()
+
+    def _end_cgroup(self) -> None:
+        """Kill what is left in the sandbox's cgroup, note its CPU time, and remove it."""
+        if self.cgroup is None:
+            return
+        self.cgroup.kill_all()
+        self.cpu_seconds = self.cgroup.cpu_seconds()
+        self.oom_kills = self.cgroup.oom_kills()
+        self.cgroup.remove()
+        self.cgroup = None
 
     # -- framed I/O
     def send(self, header: dict[str, Any], payload: bytes = b"") -> None:
@@ -462,8 +504,86 @@ def _parents(dest: str, made: set[str]) -> list[str]:
     return out
 
 
-def make_scratch(prefix: str = "jaxgrade-") -> Path:
-    """A fresh scratch directory outside the repository and the output directory."""
+def make_scratch(prefix: str = "jaxgrade-", size_bytes: int | None = None) -> Path:
+    """A fresh scratch directory outside the repository and the output directory; with
+    ``size_bytes`` and as root, a tmpfs of that size, so a cell that fills it gets ENOSPC
+    ("No space left on device") and the disk the gradebook lives on is not touched."""
     path = Path(tempfile.mkdtemp(prefix=prefix))
     os.chmod(path, 0o700)
+    if size_bytes is not None and scratch_status()[0]:
+        opts = f"size={int(size_bytes)},mode=0700,nosuid,nodev"
+        source = f"{SCRATCH_SOURCE}{os.getpid()}"  # whose it is, for sweep_stale_scratch
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, source, str(path)], capture_output=True)
+        if done.returncode != 0:
+            log.warning(
+                "scratch %s is not size-capped: mount failed: %s", path, done.stderr.decode(errors="replace")[:300]
+            )
     return path
+
+
+def remove_scratch(path: Path) -> None:
+    """Remove a scratch directory made by :func:`make_scratch` (unmounting its tmpfs)."""
+    if os.path.ismount(path):
+        # lazy: a sandbox's mount namespace that is still going away does not keep it busy
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+SCRATCH_SOURCE = "jaxgrade-scratch-"
+
+
+def sweep_stale_scratch(mounts: str | None = None) -> list[str]:
+    """Unmount and remove scratch tmpfs mounts whose grader process is gone (SIGKILL): their
+    contents would otherwise hold memory until the next reboot.  Returns their paths."""
+    if mounts is None:
+        try:
+            mounts = Path("/proc/self/mounts").read_text()
+        except OSError:
+            return []
+    swept = []
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) < 3 or fields[2] != "tmpfs" or not fields[0].startswith(SCRATCH_SOURCE):
+            continue
+        owner = fields[0][len(SCRATCH_SOURCE) :]
+        if owner.isdigit() and not cgroups._pid_alive(int(owner)):
+            path = Path(fields[1].replace("\\040", " "))
+            remove_scratch(path)
+            swept.append(str(path))
+    return swept
+
+
+@lru_cache(maxsize=1)
+def scratch_status() -> tuple[bool, str]:
+    """(scratch directories can be size-capped tmpfs mounts here, why not)."""
+    if os.environ.get("JAXGRADE_NO_SCRATCH_TMPFS", "") not in ("", "0"):
+        return False, "JAXGRADE_NO_SCRATCH_TMPFS is set"
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        return False, "the grader is not root (mounting a size-capped tmpfs needs root)"
+    probe = Path(tempfile.mkdtemp(prefix="jaxgrade-probe-"))
+    try:
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=1m", "jaxgrade-probe", str(probe)], capture_output=True
+        )
+        if done.returncode != 0:
+            return False, f"mount -t tmpfs failed: {done.stderr.decode(errors='replace').strip()[:200]}"
+        subprocess.run(["umount", str(probe)], capture_output=True)
+        sweep_stale_scratch()
+        return True, ""
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+
+
+def resource_warning() -> str | None:
+    """What about a sandbox's resources is not bounded here (None when everything is)."""
+    parts = []
+    cg = cgroups.cgroup_warning()
+    if cg:
+        parts.append(cg)
+    ok, why = scratch_status()
+    if not ok:
+        parts.append(
+            f"WARNING: scratch directories are not size-capped ({why}): a submission can fill the disk "
+            "that holds $TMPDIR (keep the output directory on another filesystem)."
+        )
+    return "\n".join(parts) or None

@@ -12,7 +12,6 @@ import contextlib
 import contextvars
 import json
 import logging
-import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from grader import protocol
-from grader.sandbox import Isolation, Limits, SandboxProcess, make_scratch
+from grader.sandbox import Isolation, Limits, SandboxProcess, make_scratch, remove_scratch
 
 log = logging.getLogger(__name__)
 
@@ -295,6 +294,7 @@ class Session:
         self.timings: dict[str, float] = {}
         self._student_text: list[str] = []  # text the sandbox chose, since take_student_text()
         self._cell_lines: list[list[str]] | None = None
+        self._spawned: list[SandboxProcess] = []  # every sandbox of this submission, for its CPU time
 
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> Session:
@@ -310,10 +310,11 @@ class Session:
 
     def _start_worker(self) -> None:
         if self.scratch is not None:
-            shutil.rmtree(self.scratch, ignore_errors=True)
-        self.scratch = make_scratch("jaxgrade-sub-")
+            remove_scratch(self.scratch)
+        self.scratch = make_scratch("jaxgrade-sub-", self.limits.scratch_bytes)
         (self.scratch / NOTEBOOK_NAME).write_text(self.notebook_json, encoding="utf-8")
         self.worker = SandboxProcess("grader.worker", self.scratch, self.limits, self.isolation, self.env, self.protect)
+        self._spawned.append(self.worker)
         self.worker.start()
         self.worker.send(
             {
@@ -408,7 +409,16 @@ class Session:
         self.worker = self.evaluator = None
         for d in (self.scratch, self.eval_scratch):
             if d is not None:
-                shutil.rmtree(d, ignore_errors=True)
+                remove_scratch(d)
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time of every process of this submission's sandboxes (their cgroups; None when
+        not accounted here); meaningful after :meth:`close`."""
+        used = [p.cpu_seconds for p in self._spawned]
+        return None if not used or any(u is None for u in used) else sum(u for u in used if u is not None)
+
+    def oom_kills(self) -> int:
+        return sum(p.oom_kills for p in self._spawned)
 
     # ------------------------------------------------------------------ requests
     def _remaining(self, timeout: float) -> float:
@@ -638,10 +648,11 @@ class Session:
     # ------------------------------------------------------------------ evaluator
     def _spawn_evaluator(self) -> None:
         if self.eval_scratch is None:
-            self.eval_scratch = make_scratch("jaxgrade-eval-")
+            self.eval_scratch = make_scratch("jaxgrade-eval-", self.limits.scratch_bytes)
         self.evaluator = SandboxProcess(
             "grader.evaluator", self.eval_scratch, self.limits, self.isolation, self.env, self.protect
         )
+        self._spawned.append(self.evaluator)
         self.evaluator.start()
         self._evaluator_ready = False
 

@@ -423,6 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nproc", type=int)
     p.add_argument("--nofile", type=int)
     p.add_argument("--pid-namespace", action="store_true", help="every process in /proc belongs to this sandbox")
+    p.add_argument("--reserve-bytes", type=int, default=0, help="room held for requests while the notebook runs")
     args = p.parse_args(argv)
     apply_limits(args)
 
@@ -436,6 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout = os.fdopen(1, "w", buffering=1)
     sys.stderr = os.fdopen(2, "w", buffering=1)
 
+    reserve = _reserve_space(os.path.join(args.scratch, ".jaxgrade", "reserve"), args.reserve_bytes)
     header, _ = protocol.read_frame(proto_in)
     if header.get("op") != "start":
         return 2
@@ -478,6 +480,11 @@ def main(argv: list[str] | None = None) -> int:
         },
     )
 
+    if reserve:  # a notebook that filled its scratch: the requests below still have room
+        try:
+            os.unlink(reserve)
+        except OSError:
+            pass
     req_dir = os.path.join(args.scratch, ".jaxgrade")
     n = 0
     while True:
@@ -514,6 +521,22 @@ def main(argv: list[str] | None = None) -> int:
                 pass
     runner.kill()
     return 0
+
+
+def _reserve_space(path: str, size: int) -> str | None:
+    """Room for the requests, held while the notebook runs: a notebook that fills its (size-
+    capped) scratch directory fails its own cell, and its tests can still be sent afterwards."""
+    if size <= 0:
+        return None
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.posix_fallocate(fd, 0, size)
+        finally:
+            os.close(fd)
+        return path
+    except OSError:
+        return None
 
 
 if __name__ == "__main__":

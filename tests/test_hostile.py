@@ -35,7 +35,7 @@ import yaml
 from grader.feedback import PAGE_MAX_BYTES
 from grader.output import safe_name
 from grader.record import RECORD_MAX_BYTES
-from grader.sandbox import choose_isolation
+from grader.sandbox import choose_isolation, resource_warning
 from tests.minicourse import make_minicourse, procs_with
 
 pytestmark = pytest.mark.slow
@@ -44,6 +44,7 @@ CORPUS = Path(__file__).resolve().parent / "corpus" / "hostile"
 EXPECTED: dict[str, dict] = yaml.safe_load((CORPUS / "expected.yaml").read_text(encoding="utf-8"))
 LIMITS = "{cell_timeout: 6, call_timeout: 6, wall_timeout: 150, memory_bytes: 4294967296, max_processes: 128}"
 PWNED = "jaxgrade-pwned.txt"
+REQUIRE_BWRAP = os.environ.get("JAXGRADE_REQUIRE_BWRAP", "") not in ("", "0")  # CI: root, cgroups, bwrap
 
 
 def huge_notebook(path: Path) -> None:
@@ -132,6 +133,8 @@ def test_the_grader_survives_and_grades_everyone(batch: dict) -> None:
 def test_verdict(batch: dict, name: str) -> None:
     expected, rec = EXPECTED[name], batch["records"].get(name)
     assert rec is not None, f"{name}: no result"
+    if expected.get("needs") == "cgroups" and resource_warning() and not REQUIRE_BWRAP:
+        pytest.skip(f"{name} is bounded by per-sandbox cgroups and a scratch tmpfs, not here: {resource_warning()}")
     shown = json.dumps({k: rec[k] for k in ("score", "status", "message", "cells")}, indent=1)[:3000]
     assert (rec["score"], rec["status"]) == (expected["score"], expected["status"]), shown
     cells = {c["index"]: c for c in rec["cells"]}

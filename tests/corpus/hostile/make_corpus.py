@@ -212,6 +212,21 @@ def double(x):
     return np.zeros(np.shape(x)).view(Liar)
 """
 
+MANY_CHILDREN = """
+import os, signal, time
+pids = []
+for _ in range(40):
+    pid = os.fork()
+    if pid == 0:
+        hog = b"x" * (160 * 2**20)  # written, so really resident
+        time.sleep(1.5)
+        os._exit(0)
+    pids.append(pid)
+killed = sum(os.waitpid(pid, 0)[1] & 0x7F == signal.SIGKILL for pid in pids)
+if killed:
+    raise MemoryError(f"{killed} of 40 children were killed")
+"""
+
 NUMBERS = {
     "h_nan_results": "import numpy as np\ndef double(x):\n    return np.full(np.shape(x), np.nan)",
     "h_inf_results": "import numpy as np\ndef double(x):\n    return np.full(np.shape(x), np.inf)",
@@ -239,6 +254,13 @@ BOMBS = {
     "h_network_access": "import socket, urllib.request\nreached = []\nfor host, port in (('1.1.1.1', 53), ('8.8.8.8', 443), ('pypi.org', 443)):\n    try:\n        socket.create_connection((host, port), timeout=3).close()\n        reached.append(host)\n    except OSError:\n        pass\nassert not reached, reached",
     "h_huge_print": "import sys\nchunk = 'x' * 1_000_000 + '\\n'\nfor _ in range(300):\n    sys.stdout.write(chunk)",
     "h_huge_stderr": "import sys\nchunk = 'e' * 1_000_000\nfor _ in range(200):\n    sys.stderr.write(chunk)",
+    # 40 children of 160 MiB each: no process passes its address-space limit, the tree does; the
+    # sandbox's cgroup bounds it (the OOM killer ends children in it, never a trusted process)
+    "h_memory_many_children": MANY_CHILDREN,
+    # fill the scratch directory (files under the 64 MiB file-size limit) until it is full
+    "h_fill_scratch_disk": "n = 0\nwhile True:\n    with open(f'fill-{n}.bin', 'wb') as f:\n        f.write(b'x' * (32 * 2**20))\n    n += 1",
+    # 60 children that spin for 4 s of wall time: one sandbox's CPU share, not 60 processes' worth
+    "h_cpu_busy_children": "import os, time\nend = time.time() + 4\npids = []\nfor _ in range(60):\n    pid = os.fork()\n    if pid == 0:\n        while time.time() < end:\n            pass\n        os._exit(0)\n    pids.append(pid)\nfor pid in pids:\n    os.waitpid(pid, 0)",
     "h_plant_python_files": "import os\nos.makedirs('grader', exist_ok=True)\nfor path, text in (('grader/__init__.py', 'raise SystemExit(\"planted\")'), ('pytest.py', 'raise SystemExit(\"planted\")'), ('conftest.py', 'import os; os._exit(9)'), ('sitecustomize.py', 'import os; os._exit(9)'), ('numpy.py', 'raise ImportError(\"planted\")')):\n    with open(path, 'w') as f:\n        f.write(text)\nimport os\nos._exit(1)  # restart the kernel so that it starts next to the planted files",
 }
 
