@@ -419,7 +419,7 @@ def check_pure(
     ``readonly=False`` the arrays are writable, and whether they changed is what the sandbox
     reports (see SECURITY.md: that observation is the student's kernel's)."""
     args = tuple(args)
-    written = submission.writes_into_arguments(name) if hasattr(type(submission), "writes_into_arguments") else ""
+    written = submission.writes_into_arguments(name)
     if written:
         raise CheckFailure(f"`{name}` writes into its input argument: `{written[:120]}`", _PURE_INPUTS_HINT)
     try:
@@ -492,11 +492,7 @@ def check_is_jitted(
     makes a new ``jax.jit(lambda ...)`` on every call (its notebook source, read on the trusted
     side) is not one: it compiles on every call."""
     args = tuple(args)
-    reachable = (
-        submission.reachable_sources(name)
-        if hasattr(type(submission), "reachable_sources")
-        else submission.sources(name)
-    )
+    reachable = submission.reachable_sources(name)
     fresh = fresh_jit_in_body(reachable)
     if fresh:
         raise CheckFailure(
@@ -529,11 +525,7 @@ def check_no_vmap(submission: Any, name: str, args: tuple[Any, ...] | list[Any],
     every property test it counts only for a function that works: given a ``reference``, the
     module's (or, untraceable, the eager) result on ``args`` must match it."""
     args = tuple(args)
-    reachable = (
-        submission.reachable_sources(name)
-        if hasattr(type(submission), "reachable_sources")
-        else submission.sources(name)
-    )
+    reachable = submission.reachable_sources(name)
     vmapped = mentions(reachable, "vmap")
     if not vmapped:
         try:

@@ -88,6 +88,12 @@ class FakeSubmission:
     def sources(self, name: str) -> list[str]:
         return self._sources.get(name, [])
 
+    def reachable_sources(self, name: str) -> list[str]:
+        return self.sources(name)
+
+    def writes_into_arguments(self, name: str) -> str:
+        return ""
+
 
 def test_assert_close_accepts_float32_noise() -> None:
     x = np.linspace(-3, 3, 50, dtype=np.float32)

@@ -447,6 +447,19 @@ def g_static(x, n):
         jax.monitoring.record_event_duration_secs("/jax/core/compile/backend_compile_duration", 0.01)
     return g(x, n)"""
 
+JC_JIT_EVERY_CALL = """\
+def g_static(x, n):
+    # whole_call holds (the module is one jitted call), but every call traces and compiles anew
+    return jax.jit(lambda x: g(x, n))(x)
+
+
+class _JitsEveryCall:
+    def __call__(self, x, alpha=1.67, lambda_=1.05):
+        return jax.jit(lambda x: selu(x, alpha, lambda_))(x)
+
+
+selu_jit = _JitsEveryCall()"""
+
 JC_JITTED_BY_ATTRIBUTES = """\
 class _LooksJitted:
     \"\"\"A plain callable: it has `lower` and `trace`, as jitted functions do.\"\"\"
@@ -575,6 +588,7 @@ def jit_control_flow() -> dict[str, object]:
         "forge_monitoring_unhooked.ipynb": nb("forge_monitoring_unhooked", loop=JC_LISTENERS_UNHOOKED),
         "forge_fake_compile_events.ipynb": nb("forge_fake_compile_events", g_static=JC_FAKE_EVENTS),
         "forge_jitted_by_attributes.ipynb": nb("forge_jitted_by_attributes", selu=JC_JITTED_BY_ATTRIBUTES),
+        "forge_jit_made_every_call.ipynb": nb("forge_jit_made_every_call", g_static=JC_JIT_EVERY_CALL, selu=""),
         "forge_constants_from_frames.ipynb": nb("forge_constants_from_frames", f=JC_FRAMES, g_traced=""),
         "forge_numpy_forged_ops.ipynb": nb(
             "forge_numpy_forged_ops", JC_FORGED_OPS, f=JC_NUMPY, g_static="", g_traced="", selu="", loop=""
