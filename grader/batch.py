@@ -7,6 +7,9 @@ The command line (``jaxgrade grade``) is a thin layer over :class:`Batch`:
 2. :meth:`Batch.run` grades the rest, ``jobs`` at a time, and commits each record to the
    gradebook the moment it arrives (with its result JSON and feedback page), so a killed run
    loses only what was being graded;
+   A submission whose trusted grading process died twice (the OOM killer, a kill) gets the
+   status ``lost``: it is reported (:attr:`Batch.lost`) but never committed, so the next run
+   grades it again;
 3. :meth:`Batch.finish` rebuilds ``grades.csv``, every feedback page and ``report.html`` from the
    gradebook's current records, never from memory.
 
@@ -87,6 +90,7 @@ class Batch:
         self.reserve_bytes = reserve_bytes
         self.per_submission_bytes = per_submission_bytes
         self._gb: Gradebook | None = None
+        self.lost: list[Record] = []  # submissions whose trusted process died: not kept, graded next run
 
     @property
     def reserve_path(self) -> Path:
@@ -200,6 +204,11 @@ class Batch:
 
         def store(path: Path, rec: Record) -> None:
             self.complete(rec, by_path[path])
+            if rec.status == "lost":  # not a result: the next run grades it again
+                self.lost.append(rec)
+                if on_record:
+                    on_record(rec)
+                return
             try:
                 commit(rec)
             except (OSError, sqlite3.Error) as exc:

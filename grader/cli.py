@@ -168,7 +168,20 @@ def _grade_batch(batch: Batch, intake: IntakeReport, args: argparse.Namespace, o
         with _Progress(len(todo), err) as progress:
             batch.run(todo, jobs=jobs, on_record=progress.advance)
         records = batch.finish(intake.submissions)
+        lost = list(batch.lost)
     _summary(records, progress.elapsed, len(todo), out_dir, err)
+    if lost:
+        print(
+            f"jaxgrade: error: {len(lost)} submission(s) not graded: the grader's own process was lost "
+            f"while grading them ({', '.join(r.student for r in lost)}); nothing of theirs was kept",
+            file=err,
+        )
+        print(
+            "TIP: Run the same command again: it grades only these. If it happens again, the machine is "
+            "short of memory: lower --jobs.",
+            file=err,
+        )
+        return EXIT_FAIL
     return EXIT_OK
 
 
@@ -179,7 +192,7 @@ class _Progress:
         from rich.console import Console
 
         self.total, self.err = total, err
-        self.done = self.errors = self.timeouts = 0
+        self.done = self.errors = self.timeouts = self.lost = 0
         self.t0 = time.monotonic()
         self.elapsed = 0.0
         self.console = Console(file=err, highlight=False)
@@ -211,12 +224,14 @@ class _Progress:
         return self
 
     def _counts(self) -> str:
-        return f"graded {self.done - self.errors - self.timeouts}, errors {self.errors}, timeouts {self.timeouts}"
+        text = f"graded {self.done - self.errors - self.timeouts - self.lost}, errors {self.errors}, timeouts {self.timeouts}"
+        return text + (f", lost {self.lost}" if self.lost else "")
 
     def advance(self, rec: Record) -> None:
         self.done += 1
         self.errors += rec.status == "error"
         self.timeouts += rec.status == "timeout"
+        self.lost += rec.status == "lost"
         line = f"{rec.student}: {rec.score:g}/{rec.max_score:g} {rec.status} ({rec.timings.get('total', 0):.1f}s)"
         if rec.status != "graded":
             line += f" — {rec.message[:120]}"

@@ -58,6 +58,7 @@ STATUS_TEXT = {
     "graded": "graded",
     "error": "not graded: the notebook could not be run",
     "timeout": "not graded: the notebook ran out of time",
+    "lost": "not graded: the grader lost its own process (not a score; graded again by the next run)",
 }
 VERDICT_TEXT = {"passed": "passed", "failed": "failed", "error": "error"}
 

@@ -14,12 +14,12 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grader import __version__
 from grader.notebook import NotebookError, load_notebook
+from grader.pool import Lost, TrustedPool
 from grader.record import Record, cap_record, total
 from grader.sandbox import choose_isolation
 from grader.submission import Submission
@@ -269,8 +269,6 @@ def grade_many(
     on_result: Callable[[Path, Record], None] | None = None,
 ) -> dict[Path, Record]:
     """Grade several notebooks, ``jobs`` at a time, each in a fresh trusted worker process pool."""
-    import multiprocessing
-
     from grader.cgroups import protect_trusted
 
     protect_trusted()
@@ -285,45 +283,50 @@ def grade_many(
                 on_result(p, rec)
         return out
     # trusted worker processes (spawned: a fork after JAX starts can deadlock), started with the
-    # assignment's device count so that references match the sandbox's setting
-    ctx = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(
-        max_workers=max(1, jobs), mp_context=ctx, initializer=_init_worker, initargs=(devices, os.getpid())
-    )
-    try:
-        futures = {
-            pool.submit(
-                _grade_in_worker,
-                str(assignment.course.root),
-                assignment.name,
-                str(p),
-                students.get(p),
-                isolation,
-                public_only,
-            ): p
-            for p in paths
-        }
-        for fut in as_completed(futures):
-            p = futures[fut]
-            rec = Record.from_dict(fut.result())
-            out[p] = rec
-            if on_result:
-                on_result(p, rec)
-    except BaseException:
-        # interrupted (Ctrl-C), a failed commit (disk full) or a grader bug: stop now instead of
-        # finishing the queue; the workers' sandboxes die with them (bwrap --die-with-parent).
-        # The list is taken before shutdown(): CPython 3.11 sets pool._processes to None there.
-        procs = list((getattr(pool, "_processes", None) or {}).values())
-        pool.shutdown(wait=False, cancel_futures=True)
-        for proc in procs:
-            with contextlib.suppress(Exception):
-                proc.kill()
-        for proc in procs:
-            with contextlib.suppress(Exception):
-                proc.join(timeout=10)
-        raise
-    pool.shutdown()
+    # assignment's device count so that references match the sandbox's setting.  A worker lost
+    # mid-grading (the OOM killer, a kill) costs only its submission: it is graded again in a
+    # fresh process, and a second loss gives that submission the status "lost".
+    pool = TrustedPool(max(1, jobs), initializer=_init_worker, initargs=(devices, os.getpid()))
+    tasks = [
+        (p, (str(assignment.course.root), assignment.name, str(p), students.get(p), isolation, public_only))
+        for p in paths
+    ]
+    # an exception here (Ctrl-C, a failed commit, a grader bug) closes the generator, which kills
+    # every worker: their sandboxes die with them (bwrap --die-with-parent)
+    for p, result in pool.run(_grade_in_worker, tasks):
+        assert isinstance(p, Path)
+        rec = (
+            _lost_record(assignment, p, students.get(p), result)
+            if isinstance(result, Lost)
+            else Record.from_dict(result)
+        )
+        out[p] = rec
+        if on_result:
+            on_result(p, rec)
     return out
+
+
+def _lost_record(assignment: Assignment, path: Path, student: str | None, lost: Lost) -> Record:
+    """The record of a submission whose trusted grading process died every time it was tried."""
+    from grader.notebook import sha256_file
+
+    try:
+        digest = sha256_file(path)
+    except OSError:
+        digest = ""
+    return Record(
+        assignment=assignment.name,
+        student=student or path.stem,
+        submission_sha256=digest,
+        status="lost",
+        grader_version=__version__,
+        source=str(path),
+        message=(
+            f"not graded: the grader's own process was lost {lost.attempts} time(s) while grading "
+            f"this notebook ({lost.cause}); this is not the student's doing and it is not a score. "
+            "Run the same command again to grade it: a lost result is never kept"
+        ),
+    )
 
 
 def _init_worker(devices: int, parent: int) -> None:

@@ -34,7 +34,9 @@ class Record:
     assignment: str
     student: str
     submission_sha256: str
-    status: str  # graded | error | timeout
+    # graded | error | timeout | lost (the grader's own process died: not a score, never kept in
+    # the gradebook, graded again by the next run)
+    status: str
     score: float = 0.0
     max_score: float = 0.0
     message: str = ""

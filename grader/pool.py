@@ -1,0 +1,193 @@
+"""Trusted worker processes for a batch: a pool that survives losing one of them.
+
+``concurrent.futures.ProcessPoolExecutor`` marks itself broken when any worker dies, and every
+pending future then fails: one trusted process taken by the OOM killer (or killed by hand) lost
+the whole batch.  :class:`TrustedPool` keeps a pipe and a process per slot instead, so it knows
+which task a dead process was running.  That task is started again in a fresh process (once, by
+default); if that one is lost too, the task is reported as :class:`Lost`, and the rest of the
+batch goes on in fresh processes.
+
+Processes are spawned (a fork after JAX has started can deadlock), and ``initializer`` runs in
+each before its first task.  A task that raises is a grader bug: the pool stops and the error is
+raised in the parent with the worker's traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import signal
+import traceback
+from collections import deque
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Lost:
+    """A task whose trusted process died ``attempts`` times before it answered."""
+
+    attempts: int
+    exitcode: int | None
+
+    @property
+    def cause(self) -> str:
+        """The last death in words: "killed by SIGKILL", "exit code 1"."""
+        code = self.exitcode
+        if code is None:
+            return "it stopped answering"
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return f"killed by {name}" + (" (the out-of-memory killer sends it, as may a person)" if code == -9 else "")
+        return f"exit code {code}"
+
+
+class WorkerError(RuntimeError):
+    """A task raised in a trusted worker: a grader bug, with the worker's traceback."""
+
+
+@dataclass
+class _Slot:
+    proc: Any  # multiprocessing.process.BaseProcess
+    conn: Connection
+    key: Hashable | None = None
+    args: tuple[Any, ...] = field(default_factory=tuple)
+
+
+def _serve(conn: Connection, initializer: Callable[..., None] | None, initargs: tuple[Any, ...]) -> None:
+    """The worker's loop: one task at a time, until ``None`` or the parent's end closes."""
+    if initializer is not None:
+        initializer(*initargs)
+    while True:
+        try:
+            task = conn.recv()
+        except (EOFError, OSError):
+            return
+        if task is None:
+            return
+        fn, args = task
+        try:
+            reply: tuple[str, Any] = ("ok", fn(*args))
+        except BaseException:  # everything goes back to the parent, which decides
+            reply = ("raised", traceback.format_exc())
+        conn.send(reply)
+
+
+class TrustedPool:
+    """``jobs`` spawned worker processes; :meth:`run` yields ``(key, result | Lost)`` as they end."""
+
+    def __init__(
+        self,
+        jobs: int,
+        *,
+        initializer: Callable[..., None] | None = None,
+        initargs: tuple[Any, ...] = (),
+        attempts: int = 2,
+    ) -> None:
+        if jobs < 1 or attempts < 1:
+            raise ValueError("jobs and attempts must be at least 1")
+        self.jobs, self.attempts = jobs, attempts
+        self._ctx = multiprocessing.get_context("spawn")
+        self._init, self._initargs = initializer, initargs
+        self._slots: list[_Slot] = []
+        self.started = 0  # processes started, replacements included (for tests and logs)
+
+    def _start(self) -> _Slot:
+        parent, child = self._ctx.Pipe(duplex=True)
+        proc = self._ctx.Process(target=_serve, args=(child, self._init, self._initargs), daemon=True)
+        proc.start()
+        child.close()
+        self.started += 1
+        return _Slot(proc, parent)
+
+    def run(
+        self, fn: Callable[..., Any], tasks: Sequence[tuple[Hashable, tuple[Any, ...]]]
+    ) -> Iterator[tuple[Hashable, Any]]:
+        """Run ``fn(*args)`` for every ``(key, args)``; yield ``(key, result)`` or ``(key, Lost)``.
+
+        ``fn`` must be importable by name (a module-level function): it is sent to a spawned
+        process.  Closing the generator early (an exception in the caller's loop) kills every
+        worker, so nothing goes on grading unseen."""
+        queue = deque(tasks)
+        tries: dict[Hashable, int] = {}
+        try:
+            while queue or any(s.key is not None for s in self._slots):
+                while len(self._slots) < self.jobs and sum(s.key is None for s in self._slots) < len(queue):
+                    self._slots.append(self._start())
+                for i, slot in enumerate(self._slots):
+                    if slot.key is None and queue and not slot.proc.is_alive():
+                        slot.proc.join(timeout=1)  # died between tasks: nothing lost, replace it
+                        with contextlib.suppress(OSError):
+                            slot.conn.close()
+                        slot = self._slots[i] = self._start()
+                    if slot.key is None and queue:
+                        slot.key, slot.args = queue.popleft()
+                        tries[slot.key] = tries.get(slot.key, 0) + 1
+                        try:
+                            slot.conn.send((fn, slot.args))
+                        except (OSError, ValueError):
+                            pass  # a process dead before its task: seen below as lost
+                busy = [s for s in self._slots if s.key is not None]
+                ready = set(wait([s.conn for s in busy] + [s.proc.sentinel for s in busy]))
+                for slot in busy:
+                    if slot.conn not in ready and slot.proc.sentinel not in ready:
+                        continue
+                    key = slot.key
+                    try:
+                        status, value = slot.conn.recv()
+                    except (EOFError, OSError):
+                        yield from self._lost(slot, key, tries, queue)
+                        continue
+                    slot.key, slot.args = None, ()
+                    if status == "raised":
+                        raise WorkerError(f"grading {key} failed in a trusted worker:\n{value}")
+                    yield key, value
+        finally:
+            self.close(kill=True)
+
+    def _lost(
+        self, slot: _Slot, key: Hashable, tries: dict[Hashable, int], queue: deque[tuple[Hashable, tuple[Any, ...]]]
+    ) -> Iterator[tuple[Hashable, Any]]:
+        args = slot.args
+        slot.proc.join(timeout=10)
+        exitcode = slot.proc.exitcode
+        with contextlib.suppress(OSError):
+            slot.conn.close()
+        self._slots.remove(slot)
+        lost = Lost(tries[key], exitcode)
+        if tries[key] < self.attempts:
+            log.warning("the trusted process grading %s was lost (%s); grading it again", key, lost.cause)
+            queue.appendleft((key, args))
+            return
+        yield key, lost
+
+    def close(self, *, kill: bool = False) -> None:
+        """Stop every worker: ask them to finish (or kill them) and wait."""
+        for slot in self._slots:
+            if kill and slot.key is not None:
+                with contextlib.suppress(Exception):
+                    slot.proc.kill()
+            else:
+                with contextlib.suppress(OSError, ValueError):
+                    slot.conn.send(None)
+        for slot in self._slots:
+            slot.proc.join(timeout=10)
+            if slot.proc.is_alive():
+                with contextlib.suppress(Exception):
+                    slot.proc.kill()
+                slot.proc.join(timeout=10)
+            with contextlib.suppress(OSError):
+                slot.conn.close()
+        self._slots = []
+
+    def pids(self) -> list[int]:
+        """The live workers' process ids."""
+        return [s.proc.pid for s in self._slots if s.proc.pid is not None and s.proc.is_alive()]
