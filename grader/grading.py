@@ -17,12 +17,13 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grader import __version__
+from grader import __version__, xla_cache
 from grader.notebook import NotebookError, load_notebook
 from grader.pool import Lost, TrustedPool
 from grader.record import Record, cap_record, total
 from grader.sandbox import choose_isolation
 from grader.submission import Submission
+from grader.xla_cache import XlaCache
 
 if TYPE_CHECKING:
     from grader.config import Assignment
@@ -116,8 +117,10 @@ def grade_notebook(
     public_only: bool = False,
     student: str | None = None,
     isolation: str = "auto",
+    xla_cache: XlaCache | None = None,
 ) -> Record:
-    """Grade one notebook; never raises for anything the student did."""
+    """Grade one notebook; never raises for anything the student did.  ``xla_cache`` is the
+    trusted compilation cache its sandboxes read (see :func:`trusted_cache`)."""
     from grader.session import Session
 
     path = Path(path)
@@ -154,6 +157,7 @@ def grade_notebook(
         isolation=iso,
         env=_env_for(assignment),
         protect=(assignment.course.root / "reference", assignment.reference_dir, path.parent),
+        xla_cache=xla_cache,
     )
     try:
         session.start()
@@ -248,14 +252,81 @@ def _join(a: str, b: str) -> str:
 
 
 def _grade_in_worker(
-    root: str, name: str, path: str, student: str | None, isolation: str, public_only: bool
+    root: str, name: str, path: str, student: str | None, isolation: str, public_only: bool, cache: str | None
 ) -> dict[str, Any]:
     from grader.config import load_course
 
     logging.basicConfig(level=logging.WARNING)
     assignment = load_course(Path(root)).assignment(name, staff=not public_only)
-    rec = grade_notebook(assignment, Path(path), student=student, isolation=isolation, public_only=public_only)
+    rec = grade_notebook(
+        assignment,
+        Path(path),
+        student=student,
+        isolation=isolation,
+        public_only=public_only,
+        xla_cache=xla_cache.ready(Path(cache)) if cache else None,  # once the warming task published it
+    )
     return rec.to_dict()
+
+
+_WARM = "warm the trusted compilation cache"
+WARM_MIN = 3  # notebooks graded one at a time from which warming first pays (a pool warms beside them)
+
+
+def _task(*args: Any) -> Any:
+    """A pool task: grading one notebook (7 arguments) or warming the cache (4)."""
+    return _warm_in_worker(*args) if len(args) == 4 else _grade_in_worker(*args)
+
+
+def _warm_in_worker(root: str, name: str, isolation: str, final: str) -> int:
+    from grader.config import load_course
+
+    logging.basicConfig(level=logging.WARNING)
+    return warm_cache(load_course(Path(root)).assignment(name, staff=True), isolation, Path(final))
+
+
+def _sandbox_xla_env(assignment: Assignment) -> dict[str, str]:
+    from grader.sandbox import sandbox_env
+
+    return {**sandbox_env("bwrap", "/sandbox"), **_env_for(assignment)}
+
+
+def trusted_cache_dir(assignment: Assignment) -> Path:
+    """Where the assignment's trusted compilation cache lives (grader/xla_cache.py)."""
+    return xla_cache.cache_dir(assignment.name, assignment.version(), _sandbox_xla_env(assignment))
+
+
+def warm_cache(assignment: Assignment, isolation: str, final: Path) -> int:
+    """Grade the reference solution once with a writable cache, and publish what it compiled.
+
+    The only code in that sandbox is the reference and the tests: trusted, so what it writes may
+    be read by every submission.  Returns the entries published (0 when warming failed: grading
+    then goes on without the cache, only slower)."""
+    import nbformat
+
+    from grader.notebook import notebook_from_script
+
+    staged = xla_cache.staging()
+    try:
+        nb_path = staged.parent / "reference.ipynb"
+        nbformat.write(notebook_from_script(assignment.solution.read_text(encoding="utf-8"), assignment.name), nb_path)
+        rec = grade_notebook(
+            assignment, nb_path, student="reference", isolation=isolation, xla_cache=XlaCache(staged, writable=True)
+        )
+        if rec.status != "graded" or rec.score < rec.max_score:
+            log.warning(
+                "warming the compilation cache: the reference earned %g/%g (%s); run `jaxgrade validate %s`",
+                rec.score,
+                rec.max_score,
+                rec.status,
+                assignment.name,
+            )
+        final.parent.mkdir(parents=True, exist_ok=True)
+        return xla_cache.publish(staged, final)
+    except Exception as exc:  # the cache only saves time: never let it cost a batch
+        log.warning("could not warm the compilation cache in %s: %s", final, exc)
+        xla_cache.discard(staged)
+        return 0
 
 
 def grade_many(
@@ -267,17 +338,29 @@ def grade_many(
     isolation: str = "auto",
     public_only: bool = False,
     on_result: Callable[[Path, Record], None] | None = None,
+    cache: bool = True,
 ) -> dict[Path, Record]:
-    """Grade several notebooks, ``jobs`` at a time, each in a fresh trusted worker process pool."""
+    """Grade several notebooks, ``jobs`` at a time, each in a fresh trusted worker process pool.
+
+    With ``cache`` (and bubblewrap), the sandboxes read the assignment's trusted compilation
+    cache, which is warmed first by grading the reference once if it is not there yet."""
     from grader.cgroups import protect_trusted
 
     protect_trusted()
     students = students or {}
     out: dict[Path, Record] = {}
     devices = assignment.config.devices
+    iso = choose_isolation(isolation)
+    final = trusted_cache_dir(assignment) if cache and iso == "bwrap" and paths and not public_only else None
+    warm = final is not None and xla_cache.ready(final) is None
     if jobs <= 1 and devices <= 1:
+        if warm and final is not None and len(paths) >= WARM_MIN:
+            warm_cache(assignment, iso, final)
+        ready = xla_cache.ready(final) if final is not None else None
         for p in paths:
-            rec = grade_notebook(assignment, p, student=students.get(p), isolation=isolation, public_only=public_only)
+            rec = grade_notebook(
+                assignment, p, student=students.get(p), isolation=iso, public_only=public_only, xla_cache=ready
+            )
             out[p] = rec
             if on_result:
                 on_result(p, rec)
@@ -285,24 +368,28 @@ def grade_many(
     # trusted worker processes (spawned: a fork after JAX starts can deadlock), started with the
     # assignment's device count so that references match the sandbox's setting.  A worker lost
     # mid-grading (the OOM killer, a kill) costs only its submission: it is graded again in a
-    # fresh process, and a second loss gives that submission the status "lost".
-    pool = TrustedPool(max(1, jobs), initializer=_init_worker, initargs=(devices, os.getpid()))
-    tasks = [
-        (p, (str(assignment.course.root), assignment.name, str(p), students.get(p), isolation, public_only))
-        for p in paths
-    ]
-    # an exception here (Ctrl-C, a failed commit, a grader bug) closes the generator, which kills
-    # every worker: their sandboxes die with them (bwrap --die-with-parent)
-    for p, result in pool.run(_grade_in_worker, tasks):
-        assert isinstance(p, Path)
-        rec = (
-            _lost_record(assignment, p, students.get(p), result)
-            if isinstance(result, Lost)
-            else Record.from_dict(result)
-        )
-        out[p] = rec
-        if on_result:
-            on_result(p, rec)
+    # fresh process, and a second loss gives that submission the status "lost".  The cache is
+    # warmed by the first task, beside the first submissions; each later one reads it.
+    root = str(assignment.course.root)
+    cached = str(final) if final is not None else None
+    tasks: list[tuple[Any, tuple[Any, ...]]] = []
+    if warm and final is not None:
+        tasks.append((_WARM, (root, assignment.name, iso, str(final))))
+    tasks += [(p, (root, assignment.name, str(p), students.get(p), iso, public_only, cached)) for p in paths]
+    with TrustedPool(max(1, jobs), initializer=_init_worker, initargs=(devices, os.getpid())) as pool:
+        # an exception here (Ctrl-C, a failed commit, a grader bug) closes the generator, which
+        # kills every worker: their sandboxes die with them (bwrap --die-with-parent)
+        for p, result in pool.run(_task, tasks):
+            if p == _WARM:
+                continue
+            assert isinstance(p, Path)
+            if isinstance(result, Lost):
+                rec = _lost_record(assignment, p, students.get(p), result)
+            else:
+                rec = Record.from_dict(result)
+            out[p] = rec
+            if on_result:
+                on_result(p, rec)
     return out
 
 

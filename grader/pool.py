@@ -100,6 +100,12 @@ class TrustedPool:
         self._slots: list[_Slot] = []
         self.started = 0  # processes started, replacements included (for tests and logs)
 
+    def __enter__(self) -> TrustedPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close(kill=exc[0] is not None)
+
     def _start(self) -> _Slot:
         parent, child = self._ctx.Pipe(duplex=True)
         proc = self._ctx.Process(target=_serve, args=(child, self._init, self._initargs), daemon=True)
@@ -150,8 +156,9 @@ class TrustedPool:
                     if status == "raised":
                         raise WorkerError(f"grading {key} failed in a trusted worker:\n{value}")
                     yield key, value
-        finally:
+        except BaseException:
             self.close(kill=True)
+            raise
 
     def _lost(
         self, slot: _Slot, key: Hashable, tries: dict[Hashable, int], queue: deque[tuple[Hashable, tuple[Any, ...]]]

@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from grader import cgroups, protocol
+from grader.xla_cache import MOUNT as XLA_MOUNT
+from grader.xla_cache import XlaCache
 
 log = logging.getLogger(__name__)
 
@@ -199,8 +201,11 @@ class SandboxProcess:
         isolation: Isolation,
         env: dict[str, str] | None = None,
         protect: tuple[Path, ...] = (),
+        xla_cache: XlaCache | None = None,
     ) -> None:
         self.module = module
+        # the trusted compilation cache (grader/xla_cache.py): bubblewrap only, where it is mounted
+        self.xla_cache = xla_cache if isolation == "bwrap" else None
         self.protect = tuple(Path(p).resolve() for p in protect)
         self.scratch = Path(scratch)
         self.limits = limits
@@ -227,6 +232,8 @@ class SandboxProcess:
                     os.chown(os.path.join(dirpath, f), self.uid, self.uid)
         inner_scratch = SANDBOX_ROOT if self.isolation == "bwrap" else str(self.scratch)
         env = sandbox_env(self.isolation, str(self.scratch), self.extra_env)
+        if self.xla_cache is not None:
+            env.update(self.xla_cache.env())
         env["JAXGRADE_SANDBOX"] = self.marker
         shared_uid = not (_runs_as_root() and self.isolation == "bwrap")
         offset = _count_processes(os.getuid()) if shared_uid else 0
@@ -336,6 +343,9 @@ class SandboxProcess:
                     )
             args += _parents(dest, made)
             args += ["--ro-bind", src, dest]
+        if self.xla_cache is not None:
+            args += _parents(XLA_MOUNT, made)
+            args += self.xla_cache.bind_args()
         args += ["--proc", "/proc", "--dev", "/dev", "--chdir", SANDBOX_ROOT, "--clearenv"]
         for k, v in env.items():
             args += ["--setenv", k, v]

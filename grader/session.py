@@ -22,6 +22,7 @@ import numpy as np
 
 from grader import protocol
 from grader.sandbox import Isolation, Limits, SandboxProcess, make_scratch, remove_scratch
+from grader.xla_cache import XlaCache
 
 log = logging.getLogger(__name__)
 
@@ -274,9 +275,11 @@ class Session:
         isolation: Isolation = "bwrap",
         env: dict[str, str] | None = None,
         protect: tuple[Path, ...] = (),
+        xla_cache: XlaCache | None = None,
     ) -> None:
         self.notebook_json = notebook_json
         self.protect = protect
+        self.xla_cache = xla_cache  # read-only in both sandboxes (written only while warming it)
         self.limits = limits or Limits()
         self.isolation = isolation
         self.env = env or {}
@@ -313,7 +316,9 @@ class Session:
             remove_scratch(self.scratch)
         self.scratch = make_scratch("jaxgrade-sub-", self.limits.scratch_bytes)
         (self.scratch / NOTEBOOK_NAME).write_text(self.notebook_json, encoding="utf-8")
-        self.worker = SandboxProcess("grader.worker", self.scratch, self.limits, self.isolation, self.env, self.protect)
+        self.worker = SandboxProcess(
+            "grader.worker", self.scratch, self.limits, self.isolation, self.env, self.protect, self.xla_cache
+        )
         self._spawned.append(self.worker)
         self.worker.start()
         self.worker.send(
@@ -650,7 +655,7 @@ class Session:
         if self.eval_scratch is None:
             self.eval_scratch = make_scratch("jaxgrade-eval-", self.limits.scratch_bytes)
         self.evaluator = SandboxProcess(
-            "grader.evaluator", self.eval_scratch, self.limits, self.isolation, self.env, self.protect
+            "grader.evaluator", self.eval_scratch, self.limits, self.isolation, self.env, self.protect, self.xla_cache
         )
         self._spawned.append(self.evaluator)
         self.evaluator.start()

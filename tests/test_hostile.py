@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import sqlite3
+import stat
 import subprocess
 import sys
 import time
@@ -36,6 +37,7 @@ from grader.feedback import PAGE_MAX_BYTES
 from grader.output import safe_name
 from grader.record import RECORD_MAX_BYTES
 from grader.sandbox import choose_isolation, resource_warning
+from grader.xla_cache import ENTRY
 from tests.minicourse import make_minicourse, procs_with
 
 pytestmark = pytest.mark.slow
@@ -76,7 +78,8 @@ def grade(tmp: Path, course: Path, notebooks: list[Path], isolation: str, name: 
     scratch = tmp / f"{name}-scratch"  # sandboxes' scratch dirs land here, next to the course
     scratch.mkdir()
     tag = uuid.uuid4().hex
-    env = {**os.environ, "JAXGRADE_TEST_TAG": tag, "TMPDIR": str(scratch)}
+    cache = tmp / f"{name}-cache"  # the batch's trusted compilation cache (grader/xla_cache.py)
+    env = {**os.environ, "JAXGRADE_TEST_TAG": tag, "TMPDIR": str(scratch), "JAXGRADE_CACHE_DIR": str(cache)}
     cmd = [sys.executable, "-m", "grader", "--course", str(course), "grade", "--assignment", "double"]
     cmd += ["--out", str(out), "--jobs", "2", "--isolation", isolation, str(folder)]
     t0 = time.monotonic()
@@ -95,6 +98,7 @@ def grade(tmp: Path, course: Path, notebooks: list[Path], isolation: str, name: 
         "left": procs_with(tag),
         "out": out,
         "scratch": scratch,
+        "cache": cache / "xla",
         "seconds": time.monotonic() - t0,
     }
 
@@ -177,6 +181,19 @@ def test_nothing_is_written_outside_the_scratch_directories(batch: dict) -> None
     assert {p.name for p in (out / "results").iterdir()} == {f"{safe_name(n)}.json" for n in EXPECTED}
     for rec in batch["records"].values():
         assert rec["score"] <= 4, "a forged score got through"
+
+
+def test_the_compile_cache_holds_only_what_trusted_code_wrote(batch: dict) -> None:
+    """Every sandbox of the batch read it (h_poison_compile_cache tried to list, plant, chmod
+    and make JAX write): one published folder, ours, 0711, with our 0644 entries and nothing
+    planted; no staging folder left."""
+    caches = list(batch["cache"].iterdir())
+    assert [p.name.startswith("double-") for p in caches] == [True], caches
+    folder = caches[0]
+    assert folder.stat().st_uid == os.getuid() and stat.S_IMODE(folder.stat().st_mode) == 0o711
+    for f in folder.iterdir():
+        assert ENTRY.match(f.name) and "poison" not in f.name and f.name != PWNED, f
+        assert f.stat().st_uid == os.getuid() and stat.S_IMODE(f.stat().st_mode) == 0o644, f
 
 
 def test_result_files_stay_small(batch: dict) -> None:

@@ -87,6 +87,37 @@ for pattern in ("/tmp/jaxgrade-*/**/*.ipynb", "/tmp/*/submission*.ipynb", "/tmp/
         FOUND.append(path)
 """
 
+# issue 12: poison the compilation cache every sandbox of the batch reads (list it, plant entries,
+# chmod it, make JAX write a miss into it)
+POISON_CACHE = r"""
+import os
+FOUND = []
+d = os.environ.get("JAX_COMPILATION_CACHE_DIR") or "/jaxgrade-xla-cache"
+try:
+    FOUND += os.listdir(d)
+except OSError:
+    pass
+for name in ("jaxgrade-pwned.txt", "poison-cache"):
+    try:
+        with open(os.path.join(d, name), "w") as f:
+            f.write("poison")
+        FOUND.append(name)
+    except OSError:
+        pass
+try:
+    os.chmod(d, 0o777)
+    FOUND.append("chmod")
+except OSError:
+    pass
+import jax, jax.numpy as jnp
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+jnp.cos(jnp.arange(5.0)).block_until_ready()
+try:
+    FOUND += os.listdir(d)
+except OSError:
+    pass
+"""
+
 WRITE_OUTSIDE = r"""
 import os, sys, site
 targets = ["/tmp", "/var/tmp", "/dev/shm", "/root", "/home", "/work", "/opt", "/opt/jaxgrade", "/opt/jaxgrade/grader",
@@ -285,6 +316,7 @@ def corpus() -> dict[str, dict]:
         "h_search_environment": notebook(SEARCH_ENV, IF_FOUND),
         "h_read_other_submissions": notebook(READ_OTHERS, IF_FOUND),
         "h_write_outside_scratch": notebook(WRITE_OUTSIDE, OK),
+        "h_poison_compile_cache": notebook(POISON_CACHE, IF_FOUND),
         "h_forge_results_files": notebook(FORGE_RESULTS, WRONG),
         "h_forge_protocol_frames": notebook(FORGE_FRAMES, WRONG),
         "h_forge_frames_from_function": notebook(

@@ -1,0 +1,155 @@
+"""A JAX compilation cache that only trusted code writes and every sandbox of a batch reads.
+
+Most of a correct notebook's grading time is XLA compiling small computations, in the kernel
+(the eager calls the tests make) and in the evaluator (the exported modules).  A persistent
+compilation cache removes most of it, but a cache that a sandbox writes and another reads lets
+one submission poison its neighbours (an executable stored under the key of another
+computation).  So:
+
+- **Only trusted code writes it.** Before a batch, the assignment's reference solution is graded
+  once, in an ordinary sandbox whose only code is the reference and the tests, with a writable
+  staging folder as its cache.  The trusted side then copies the regular files it finds there
+  into a fresh folder that it owns, and renames it into place.  One cache per assignment
+  version, JAX version and sandbox XLA flags, so a changed test or reference is a new cache.
+- **Every sandbox reads it, read-only.** It is bind-mounted read-only at :data:`MOUNT`, with JAX
+  told never to write (a minimum compile time no compilation reaches).  The folder is mode 0711:
+  a sandbox can open an entry whose name it computes, but not list them.
+
+What a sandbox can learn from it (SECURITY.md): whether the reference's run compiled a given
+computation, by computing its cache key (or by timing its own calls, which shows the same);
+never the list of entries, the hidden inputs' values, or the reference's code unless it already
+holds exactly the same computation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import stat
+import tempfile
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+MOUNT = "/jaxgrade-xla-cache"  # where a sandbox sees it
+ENTRY = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")  # JAX's entry names: a hex key and a suffix
+MAX_ENTRY_BYTES = 64 << 20
+MAX_CACHE_BYTES = 512 << 20
+NEVER = "1e9"  # seconds: no compilation takes this long, so a reading sandbox never writes
+
+
+@dataclass(frozen=True)
+class XlaCache:
+    """A cache folder on the host, and whether the sandbox may write it (warming only)."""
+
+    path: Path
+    writable: bool = False
+
+    def env(self) -> dict[str, str]:
+        return {
+            "JAX_COMPILATION_CACHE_DIR": MOUNT,
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0" if self.writable else NEVER,
+            "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+            "JAX_COMPILATION_CACHE_MAX_SIZE": "-1",  # no eviction: no lock file, no access-time writes
+        }
+
+    def bind_args(self) -> list[str]:
+        return ["--bind" if self.writable else "--ro-bind", str(self.path), MOUNT]
+
+
+def cache_root() -> Path:
+    """``$JAXGRADE_CACHE_DIR``, else ``$XDG_CACHE_HOME/jaxgrade``, else ``~/.cache/jaxgrade``."""
+    explicit = os.environ.get("JAXGRADE_CACHE_DIR")
+    if explicit:
+        return Path(explicit) / "xla"
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "jaxgrade" / "xla"
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def cache_key(assignment_version: str, env: dict[str, str]) -> str:
+    """What an entry's validity depends on beyond JAX's own key: the assignment version (tests,
+    reference, settings, jaxgrade), the JAX and jaxlib versions, and the sandbox's XLA flags."""
+    parts = [assignment_version, _version("jax"), _version("jaxlib"), env.get("XLA_FLAGS", "")]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:20]
+
+
+def cache_dir(name: str, assignment_version: str, env: dict[str, str]) -> Path:
+    return cache_root() / f"{name}-{cache_key(assignment_version, env)}"
+
+
+def ready(path: Path) -> XlaCache | None:
+    """The read-only cache at ``path``, if it has been warmed (and is ours)."""
+    try:
+        st = path.lstat()
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        return None
+    return XlaCache(path)
+
+
+def staging() -> Path:
+    """A fresh folder for a warming sandbox to write: world-writable (the sandbox runs as a
+    leased uid), inside a folder only we can enter."""
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    os.chmod(root, 0o711)
+    private = Path(tempfile.mkdtemp(prefix=".warm-", dir=root))  # 0700: no other host user gets in
+    folder = private / "cache"
+    folder.mkdir()
+    os.chmod(folder, 0o777)
+    return folder
+
+
+def publish(staged: Path, final: Path) -> int:
+    """Copy the regular, well-named files of ``staged`` into a fresh folder we own and rename it
+    to ``final``; returns the entries kept.  Links, folders, odd names and oversized files are
+    left out; so is everything past :data:`MAX_CACHE_BYTES`."""
+    new = Path(tempfile.mkdtemp(prefix=".new-", dir=final.parent))
+    kept, total = 0, 0
+    try:
+        for entry in sorted(os.scandir(staged), key=lambda e: e.name):
+            if not ENTRY.match(entry.name) or not entry.is_file(follow_symlinks=False):
+                continue
+            with open(os.path.join(staged, entry.name), "rb", opener=_nofollow) as src:
+                data = src.read(MAX_ENTRY_BYTES + 1)
+            if len(data) > MAX_ENTRY_BYTES or total + len(data) > MAX_CACHE_BYTES:
+                continue
+            target = new / entry.name
+            target.write_bytes(data)
+            os.chmod(target, 0o644)
+            kept, total = kept + 1, total + len(data)
+        os.chmod(new, 0o711)
+        try:
+            os.rename(new, final)
+        except OSError:  # another batch published it first: theirs is as good
+            shutil.rmtree(new, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(new, ignore_errors=True)
+        raise
+    finally:
+        shutil.rmtree(staged.parent, ignore_errors=True)
+    return kept
+
+
+def _nofollow(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NOFOLLOW)
+
+
+def discard(staged: Path) -> None:
+    with contextlib.suppress(OSError):
+        shutil.rmtree(staged.parent)
