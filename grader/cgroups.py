@@ -285,6 +285,16 @@ class SandboxCgroup:
             return None
         return None
 
+    def peak_memory(self) -> int | None:
+        """The most memory the sandbox's processes held at once (bytes), or None when the kernel
+        does not say (v2 before Linux 5.19 has no ``memory.peak``)."""
+        d = self.dirs.get("") if self.hierarchy.version == 2 else self.dirs.get("memory")
+        name = "memory.peak" if self.hierarchy.version == 2 else "memory.max_usage_in_bytes"
+        try:
+            return int((d / name).read_text().strip())  # type: ignore[operator]
+        except (OSError, ValueError, TypeError):
+            return None
+
     def oom_kills(self) -> int:
         """Processes the kernel's OOM killer ended in this sandbox."""
         d = self.dirs.get("") if self.hierarchy.version == 2 else self.dirs.get("memory")

@@ -189,6 +189,7 @@ def grade_notebook(
     cpu = session.cpu_seconds()
     if cpu is not None:  # the sandboxes' own CPU time: what a busy neighbour cannot inflate
         rec.timings["cpu"] = round(cpu, 3)
+    rec.peak_memory_bytes = session.peak_memory() or 0
     if session.oom_kills():
         rec.message = _join(
             rec.message,

@@ -60,6 +60,9 @@ class Record:
     # texts trimmed ("cell_texts", "test_texts", "message") and "cells_dropped", and the sizes
     # "original_bytes", "limit_bytes"
     truncated: dict[str, int] = field(default_factory=dict)
+    # the most memory one of its sandboxes (the kernel's or the evaluator's, each a process tree)
+    # held at once, from their cgroups; 0 when not accounted (no cgroups)
+    peak_memory_bytes: int = 0
 
     def categories(self) -> dict[str, tuple[float, float]]:
         """category -> (score, max_score), over the categories this assignment tests."""

@@ -219,6 +219,7 @@ class SandboxProcess:
         self.cgroup: cgroups.SandboxCgroup | None = None
         self.cpu_seconds: float | None = None  # the whole tree's CPU time, once it ended (cgroups)
         self.oom_kills = 0  # processes the OOM killer ended in it
+        self.peak_memory: int | None = None  # bytes its tree held at most, once it ended (cgroups)
 
     # -- lifecycle
     def start(self) -> None:
@@ -410,6 +411,7 @@ class SandboxProcess:
         self.cgroup.kill_all()
         self.cpu_seconds = self.cgroup.cpu_seconds()
         self.oom_kills = self.cgroup.oom_kills()
+        self.peak_memory = self.cgroup.peak_memory()
         self.cgroup.remove()
         self.cgroup = None
 

@@ -425,6 +425,12 @@ class Session:
     def oom_kills(self) -> int:
         return sum(p.oom_kills for p in self._spawned)
 
+    def peak_memory(self) -> int | None:
+        """The most memory one of this submission's sandboxes held (bytes; None when not
+        accounted here); meaningful after :meth:`close`."""
+        peaks = [p.peak_memory for p in self._spawned if p.peak_memory is not None]
+        return max(peaks) if peaks else None
+
     # ------------------------------------------------------------------ requests
     def _remaining(self, timeout: float) -> float:
         left = self.deadline - time.monotonic()

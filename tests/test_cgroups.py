@@ -69,6 +69,9 @@ def test_v2_sandbox_cgroup_limits_accounting_and_removal(tmp_path: Path) -> None
     (d / "cpu.stat").write_text("usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\n")
     (d / "memory.events").write_text("low 0\nhigh 0\nmax 9\noom 3\noom_kill 2\n")
     assert cg.cpu_seconds() == 2.5 and cg.oom_kills() == 2
+    assert cg.peak_memory() is None  # Linux < 5.19 has no memory.peak
+    (d / "memory.peak").write_text("123456\n")
+    assert cg.peak_memory() == 123456
     (d / "cgroup.procs").write_text("")
     cg.remove()
     assert not d.exists() and cg.dirs == {}
@@ -171,6 +174,9 @@ def test_real_cgroup_bounds_memory_and_processes_of_the_tree_and_counts_cpu() ->
         assert cg.oom_kills() >= 1 or HOST.version == 1  # v1 kernels before 4.13 do not count
         cpu = cg.cpu_seconds()
         assert cpu is not None and cpu >= 0.2
+        peak = cg.peak_memory()  # the tree's peak, up to the limit the hog hit
+        assert peak is None or 32 * 2**20 <= peak <= 64 * 2**20
+        assert peak is not None or HOST.version == 2  # v1 always has memory.max_usage_in_bytes
     finally:
         cg.remove()
     assert not any(d.exists() for d in dirs)  # its sleeping children were killed, the cgroup removed
