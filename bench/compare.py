@@ -1,0 +1,357 @@
+#!/usr/bin/env python3
+"""Side by side: the same notebooks executed by nbconvert, graded by otter-grader and by jaxgrade.
+
+Rows, all on the same copies of the sample class (examples/class, assignment vmap_convolve)
+and with the same --jobs:
+
+- nbconvert: `jupyter nbconvert --to notebook --execute`, executing only (the baseline);
+- otter: `otter run` (otter-grader's grading without containers) of each notebook, with tests
+  equivalent to vmap_convolve's public and hidden ones (bench/otter/), run in the notebook's kernel;
+- grade: `jaxgrade grade` into a fresh --out (sandboxes, 49 tests), then again on the same --out
+  (nothing to regrade);
+- check: one nbconvert run of examples/class/alice.ipynb (the one-notebook baseline), then
+  `jaxgrade check` on it twice (7 public tests).
+
+    pip install -e '.[bench]'          # nbconvert and otter-grader
+    python bench/compare.py --copies 1 --jobs 2 [--skip otter] [--json figures.json]
+
+Prints the table (wall seconds, seconds per notebook, ratios to nbconvert and to otter), the mean
+`timings` of jaxgrade's records, and otter's and jaxgrade's scores per notebook side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib.util
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+CLASS = ROOT / "examples" / "class"
+OTTER = ROOT / "bench" / "otter"
+ASSIGNMENT = "vmap_convolve"
+CHECKED = CLASS / "alice.ipynb"  # a correct notebook: `jaxgrade check` passes all 7 public tests
+METHODS = ("nbconvert", "otter", "grade", "check")
+TIMINGS = ("startup", "execute", "tests", "cpu", "total")  # a jaxgrade record's `timings`
+
+
+def make_class(dest: Path, copies: int) -> list[Path]:
+    """``copies`` distinct copies (different bytes, so different sha256) of the sample class."""
+    dest.mkdir(parents=True)
+    out = []
+    for i in range(copies):
+        for nb in sorted(CLASS.glob("*.ipynb")):
+            data = json.loads(nb.read_text())
+            data.setdefault("metadata", {})["bench_copy"] = i
+            target = dest / f"{nb.stem}{i:03d}.ipynb"
+            target.write_text(json.dumps(data))
+            out.append(target)
+    return out
+
+
+def executable(name: str, module: str, row: str, package: str) -> str:
+    """The console script ``name`` of this interpreter's environment (else on PATH), or a clear error."""
+    found = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
+    if importlib.util.find_spec(module) is None or found is None:
+        raise SystemExit(f"the {row} row needs {package}: pip install -e '.[bench]' (or --skip {row})")
+    return found
+
+
+def run_all(commands: list[list[str]], jobs: int) -> tuple[float, list[subprocess.CompletedProcess[str]]]:
+    """Run ``commands``, ``jobs`` at a time; the wall seconds of the whole and each one's result."""
+
+    def one(cmd: list[str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(jobs) as pool:
+        done = list(pool.map(one, commands))
+    return time.monotonic() - t0, done
+
+
+def warn_failures(what: str, paths: list[Path], done: list[subprocess.CompletedProcess[str]]) -> None:
+    for path, proc in zip(paths, done):
+        if proc.returncode:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+            print(
+                f"warning: {what} failed on {path.name} (exit {proc.returncode}): {' | '.join(tail)}", file=sys.stderr
+            )
+
+
+def nbconvert_commands(jupyter: str, paths: list[Path], out: Path) -> list[list[str]]:
+    cmd = [jupyter, "nbconvert", "--to", "notebook", "--execute", "--allow-errors"]
+    cmd += ["--ExecutePreprocessor.timeout=600", "--output-dir", str(out)]
+    return [[*cmd, str(p)] for p in paths]
+
+
+def build_otter_autograder(otter: str, work: Path) -> Path:
+    """otter's autograder zip, made by `otter generate` from bench/otter/tests, with the checks
+    and the reference solution as support files."""
+    work.mkdir(parents=True)
+    shutil.copytree(OTTER / "tests", work / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(OTTER / "vmap_convolve_checks.py", work)
+    shutil.copy(ROOT / "reference" / ASSIGNMENT / "solution.py", work / "vmap_convolve_solution.py")
+    cmd = [otter, "generate", "-t", "tests", "-o", "autograder.zip", "--no-config", "--no-requirements"]
+    cmd += ["--no-environment", "vmap_convolve_checks.py", "vmap_convolve_solution.py"]
+    proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
+    if proc.returncode:
+        raise SystemExit(f"otter generate failed (exit {proc.returncode}):\n{proc.stderr or proc.stdout}")
+    return work / "autograder.zip"
+
+
+def otter_commands(otter: str, autograder: Path, paths: list[Path], out: Path) -> list[list[str]]:
+    commands = []
+    for p in paths:
+        (out / p.stem).mkdir(parents=True)  # each run writes results.json
+        commands.append([otter, "run", "-a", str(autograder), "-o", str(out / p.stem), "--no-logo", str(p)])
+    return commands
+
+
+def otter_scores(out: Path, paths: list[Path]) -> dict[str, dict[str, Any]]:
+    """Per notebook, otter's total and its questions' scores (one question per jaxgrade category)."""
+    scores = {}
+    for p in paths:
+        results = out / p.stem / "results.json"
+        if not results.exists():
+            continue
+        tests = [t for t in json.loads(results.read_text())["tests"] if t.get("max_score") is not None]
+        categories = {t["name"]: float(t["score"]) for t in tests}
+        scores[p.stem] = {"score": sum(categories.values()), "categories": categories}
+    return scores
+
+
+def jaxgrade(*args: str) -> list[str]:
+    # run from the repository root, so that `-m grader` is this checkout's package
+    return [sys.executable, "-m", "grader", "--course", str(ROOT), *args]
+
+
+def jaxgrade_grade(folder: Path, out: Path, jobs: int) -> float:
+    cmd = jaxgrade("grade", "--assignment", ASSIGNMENT, "--out", str(out), "--jobs", str(jobs), str(folder))
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    seconds = time.monotonic() - t0
+    if proc.returncode:
+        raise SystemExit(f"jaxgrade grade failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    return seconds
+
+
+def jaxgrade_check(notebook: Path) -> tuple[float, dict[str, Any]]:
+    cmd = jaxgrade("check", "--assignment", ASSIGNMENT, "--json", str(notebook))
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    seconds = time.monotonic() - t0
+    try:
+        record = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        raise SystemExit(f"jaxgrade check failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}") from None
+    if proc.returncode:
+        print(f"warning: jaxgrade check {notebook.name}: {record['score']:g}/{record['max_score']:g}", file=sys.stderr)
+    return seconds, record
+
+
+def jaxgrade_scores(out: Path) -> dict[str, dict[str, Any]]:
+    """Per student, the record's score, points per category and timings."""
+    scores = {}
+    for path in sorted((out / "results").glob("*.json")):
+        record = json.loads(path.read_text())
+        categories: dict[str, float] = {}
+        for test in record["tests"]:
+            categories[test["category"]] = categories.get(test["category"], 0.0) + float(test["score"])
+        scores[record["student"]] = {
+            "score": float(record["score"]),
+            "categories": categories,
+            "timings": record["timings"],
+            "isolation": record.get("isolation", ""),
+        }
+    return scores
+
+
+def mean_timings(records: list[dict[str, float]]) -> dict[str, float]:
+    return {k: statistics.mean(r[k] for r in records) for k in TIMINGS if records and all(k in r for r in records)}
+
+
+@dataclass
+class Row:
+    method: str  # one of METHODS
+    label: str
+    notebooks: int
+    wall_s: float
+    baseline: str = ""  # the label of the nbconvert row this one is compared with
+    vs_nbconvert: float | None = None
+    vs_otter: float | None = None
+
+    @property
+    def per_notebook(self) -> float:
+        return self.wall_s / self.notebooks
+
+
+def ratios(rows: list[Row]) -> None:
+    """Seconds per notebook over the baseline's (nbconvert) and, for `jaxgrade grade`, over otter's."""
+    by_label = {r.label: r for r in rows}
+    otter = next((r for r in rows if r.method == "otter"), None)
+    for r in rows:
+        base = by_label.get(r.baseline)
+        if base is not None:
+            r.vs_nbconvert = r.per_notebook / base.per_notebook
+        if r.method == "grade" and otter is not None:
+            r.vs_otter = r.per_notebook / otter.per_notebook
+
+
+def fmt_ratio(x: float | None) -> str:
+    return "" if x is None else f"{x:.2f}x"
+
+
+def print_table(rows: list[Row], header: str) -> None:
+    print(header)
+    print(f"{'method':50} {'notebooks':>9} {'wall s':>8} {'s/notebook':>11} {'vs nbconvert':>13} {'vs otter':>9}")
+    for r in rows:
+        line = f"{r.label:50} {r.notebooks:9d} {r.wall_s:8.1f} {r.per_notebook:11.2f} "
+        print(f"{line}{fmt_ratio(r.vs_nbconvert):>13} {fmt_ratio(r.vs_otter):>9}".rstrip())
+
+
+def print_timings(label: str, timings: dict[str, float]) -> None:
+    if timings:
+        names = {"execute": "notebook"}
+        print(f"  {label:40} " + ", ".join(f"{names.get(k, k)} {v:.2f}" for k, v in timings.items()))
+
+
+def print_scores(grade: dict[str, dict[str, Any]], otter: dict[str, dict[str, Any]], copies: int) -> None:
+    """Both graders' totals per notebook; where they differ, the categories that differ.
+
+    The otter tests check what jaxgrade's do, but from inside the student's kernel and not
+    always the same way (bench/README.md, "What the otter tests do not check"): a notebook can
+    score differently, and then this table shows it rather than smoothing it over."""
+    print("\nscores per notebook (out of 40; otter's questions are jaxgrade's categories):")
+    print(f"  {'notebook':12} {'jaxgrade':>9} {'otter':>7}  differs in")
+    names = sorted(set(grade) | set(otter))
+    first = [n for n in names if n.endswith("000")] if copies > 1 else names
+    for name in first:
+        g, o = grade.get(name), otter.get(name)
+        diff = ""
+        if g and o:
+            diff = ", ".join(
+                f"{c} {g['categories'].get(c, 0.0):g} vs {o['categories'].get(c, 0.0):g}"
+                for c in sorted(set(g["categories"]) | set(o["categories"]))
+                if abs(g["categories"].get(c, 0.0) - o["categories"].get(c, 0.0)) > 1e-6
+            )
+        gs = f"{g['score']:g}" if g else "-"
+        os_ = f"{o['score']:g}" if o else "-"
+        print(f"  {name:12} {gs:>9} {os_:>7}  {diff}".rstrip())
+    agree = sum(1 for n in names if n in grade and n in otter and abs(grade[n]["score"] - otter[n]["score"]) < 1e-6)
+    print(f"  the two graders give the same total to {agree} of {len(names)} notebooks")
+    if agree < len(names):
+        print("  (otter's tests cannot check everything jaxgrade's do the same way: see bench/README.md)")
+    if copies > 1:
+        same = all(
+            grade.get(n, {}).get("score") == grade.get(n[:-3] + "000", {}).get("score")
+            and otter.get(n, {}).get("score") == otter.get(n[:-3] + "000", {}).get("score")
+            for n in names
+        )
+        print(f"  (copies 001-{copies - 1:03d}: {'the same scores as copy 000' if same else 'SOME SCORES DIFFER'})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--copies", type=int, default=1, help="copies of the 6-notebook sample class (default 1)")
+    ap.add_argument("--jobs", type=int, default=2, help="notebooks at once, for every method (default 2)")
+    ap.add_argument(
+        "--skip", default="", help=f"comma-separated rows to leave out: {', '.join(METHODS)} (e.g. --skip otter)"
+    )
+    ap.add_argument("--json", metavar="FILE", help="also write the figures to FILE as JSON")
+    args = ap.parse_args(argv)
+    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    if skip - set(METHODS):
+        ap.error(f"--skip: unknown row(s) {sorted(skip - set(METHODS))}; choose from {', '.join(METHODS)}")
+    if args.copies < 1 or args.jobs < 1:
+        ap.error("--copies and --jobs must be at least 1")
+    # every tool is looked for before anything runs
+    jupyter = executable("jupyter", "nbconvert", "nbconvert", "nbconvert") if "nbconvert" not in skip else ""
+    otter = executable("otter", "otter", "otter", "otter-grader") if "otter" not in skip else ""
+
+    rows: list[Row] = []
+    figures: dict[str, Any] = {}
+    grade: dict[str, dict[str, Any]] = {}
+    otter_graded: dict[str, dict[str, Any]] = {}
+    base = "nbconvert --execute (executes only, no tests)"
+    single = f"nbconvert --execute, 1 notebook ({CHECKED.name})"
+    with tempfile.TemporaryDirectory(prefix="jaxgrade-compare-") as tmp:
+        work = Path(tmp)
+        paths = make_class(work / "class", args.copies)
+        n = len(paths)
+        if "nbconvert" not in skip:
+            secs, done = run_all(nbconvert_commands(jupyter, paths, work / "nbconvert"), args.jobs)
+            warn_failures("nbconvert", paths, done)
+            rows.append(Row("nbconvert", base, n, secs, base))
+        if "otter" not in skip:
+            t0 = time.monotonic()
+            autograder = build_otter_autograder(otter, work / "otter")
+            figures["otter_generate_s"] = time.monotonic() - t0
+            secs, done = run_all(otter_commands(otter, autograder, paths, work / "otter-out"), args.jobs)
+            warn_failures("otter run", paths, done)
+            rows.append(Row("otter", "otter run (execute + 49 tests, in the kernel)", n, secs, base))
+            otter_graded = otter_scores(work / "otter-out", paths)
+        if "grade" not in skip:
+            out = work / "jaxgrade-out"
+            secs = jaxgrade_grade(work / "class", out, args.jobs)
+            rows.append(Row("grade", "jaxgrade grade (sandboxed, 49 tests)", n, secs, base))
+            grade = jaxgrade_scores(out)  # read now: the rerun grades nothing and changes no record
+            secs = jaxgrade_grade(work / "class", out, args.jobs)
+            rows.append(Row("grade", "jaxgrade grade, rerun (nothing to regrade)", n, secs, base))
+            figures["grade_timings"] = mean_timings([s["timings"] for s in grade.values()])
+        if "check" not in skip:
+            if "nbconvert" not in skip:
+                secs, done = run_all(nbconvert_commands(jupyter, [CHECKED], work / "nbconvert-1"), 1)
+                warn_failures("nbconvert", [CHECKED], done)
+                rows.append(Row("nbconvert", single, 1, secs, single))
+            for run in ("1st", "2nd"):
+                secs, record = jaxgrade_check(CHECKED)
+                rows.append(Row("check", f"jaxgrade check {CHECKED.name} (7 tests), {run} run", 1, secs, single))
+                figures[f"check_{run}_timings"] = {k: record["timings"][k] for k in TIMINGS if k in record["timings"]}
+                figures[f"check_{run}_score"] = record["score"]
+                figures["check_isolation"] = record.get("isolation", "")
+
+    ratios(rows)
+    now = dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    copies = f"{args.copies} cop{'y' if args.copies == 1 else 'ies'} of examples/class"
+    header = f"{n} notebooks of {ASSIGNMENT} ({copies}), --jobs {args.jobs}, {os.cpu_count()} CPU(s), {now}"
+    print_table(rows, header)
+    if "otter_generate_s" in figures:
+        print(
+            f"(not in the otter row: building its autograder zip with `otter generate`, {figures['otter_generate_s']:.1f} s)"
+        )
+    if grade or "check_1st_timings" in figures:
+        isolation = sorted(({s["isolation"] for s in grade.values()} | {figures.get("check_isolation", "")}) - {""})
+        print(f"\njaxgrade records' `timings`, seconds per notebook (sandbox: {', '.join(isolation) or '?'}):")
+        print_timings(f"jaxgrade grade, mean of {len(grade)} records", figures.get("grade_timings", {}))
+        for run in ("1st", "2nd"):
+            print_timings(f"jaxgrade check, {run} run", figures.get(f"check_{run}_timings", {}))
+    if grade and otter_graded:
+        print_scores(grade, otter_graded, args.copies)
+    if args.json:
+        figures.update(
+            header=header,
+            notebooks=n,
+            copies=args.copies,
+            jobs=args.jobs,
+            cpus=os.cpu_count(),
+            date=now,
+            rows=[asdict(r) | {"s_per_notebook": r.per_notebook} for r in rows],
+            scores={"jaxgrade": grade, "otter": otter_graded},
+        )
+        Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
