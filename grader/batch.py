@@ -82,8 +82,10 @@ class Batch:
         isolation: str = "auto",
         reserve_bytes: int = RESERVE_BYTES,
         per_submission_bytes: int = PER_SUBMISSION_BYTES,
+        cache: bool = True,
     ) -> None:
         self.assignment = assignment
+        self.cache = cache  # the trusted compilation cache (grader/xla_cache.py)
         self.out_dir = Path(out_dir)
         self.isolation = isolation
         self.version = assignment.version()
@@ -246,6 +248,7 @@ class Batch:
             students={inc.path: inc.student for inc in todo},
             isolation=self.isolation,
             on_result=store,
+            cache=self.cache,
         )
         self.release_reserve()  # its room is for finish(): grades.csv, the pages and the report
 

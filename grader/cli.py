@@ -143,7 +143,7 @@ def cmd_grade(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     _warn_isolation(args.isolation, err)
     from grader.batch import Batch, DiskFull
 
-    batch = Batch(assignment, out_dir, isolation=args.isolation)
+    batch = Batch(assignment, out_dir, isolation=args.isolation, cache=args.cache)
     try:
         return _grade_batch(batch, intake, args, out_dir, err)
     except DiskFull as exc:
@@ -165,6 +165,10 @@ def _grade_batch(batch: Batch, intake: IntakeReport, args: argparse.Namespace, o
             + (f", {len(todo)} to grade with {jobs} job(s)" if todo else ""),
             file=err,
         )
+        if todo:
+            from grader.grading import cache_status
+
+            print(cache_status(assignment, batch.isolation, batch.cache, jobs=jobs, n=len(todo)), file=err)
         with _Progress(len(todo), err) as progress:
             batch.run(todo, jobs=jobs, on_record=progress.advance)
         records = batch.finish(intake.submissions)
@@ -431,6 +435,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--jobs", type=int, default=0, help="submissions graded at once (default: the CPU count)")
     g.add_argument("--regrade", action="store_true", help="grade again submissions the gradebook already holds")
+    g.add_argument(
+        "--no-cache",
+        dest="cache",
+        action="store_false",
+        help="do not use (or warm) the trusted compilation cache: slower, for comparisons",
+    )
     g.add_argument(
         "submissions",
         nargs="+",

@@ -297,6 +297,20 @@ def trusted_cache_dir(assignment: Assignment) -> Path:
     return xla_cache.cache_dir(assignment.name, assignment.version(), _sandbox_xla_env(assignment))
 
 
+def cache_status(assignment: Assignment, isolation: str, cache: bool = True, *, jobs: int = 1, n: int = 1) -> str:
+    """One line for the TA: which compilation cache a batch of ``n`` will use, or why none."""
+    if not cache:
+        return "compilation cache: off (--no-cache)"
+    if choose_isolation(isolation) != "bwrap":
+        return "compilation cache: off (only bubblewrap sandboxes can mount it read-only)"
+    final = trusted_cache_dir(assignment)
+    if xla_cache.ready(final) is not None:
+        return f"compilation cache: {final}"
+    if jobs <= 1 and assignment.config.devices <= 1 and n < WARM_MIN:
+        return f"compilation cache: none yet for this assignment version (a batch of {WARM_MIN} or more warms it)"
+    return f"compilation cache: warming {final} by grading the reference once, beside the first submissions"
+
+
 def warm_cache(assignment: Assignment, isolation: str, final: Path) -> int:
     """Grade the reference solution once with a writable cache, and publish what it compiled.
 
