@@ -16,7 +16,7 @@ import pytest
 
 from grader import xla_cache
 from grader.config import load_course
-from grader.grading import grade_many, grade_notebook, trusted_cache_dir, warm_cache
+from grader.grading import cache_status, grade_many, grade_notebook, trusted_cache_dir, warm_cache
 from grader.sandbox import choose_isolation
 from grader.xla_cache import XlaCache
 from tests.conftest import build_notebook
@@ -185,3 +185,21 @@ def test_warming_failure_costs_nothing_but_time(tmp_path: Path, monkeypatch: pyt
     assert warm_cache(a, "process", tmp_path / "cache" / "xla" / "x") == 0
     assert not (tmp_path / "cache" / "xla" / "x").exists()
     assert [p.name for p in (tmp_path / "cache" / "xla").iterdir()] == []
+
+
+def test_the_ta_is_told_which_cache_a_batch_uses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JAXGRADE_CACHE_DIR", str(tmp_path / "cache"))
+    a = load_course(make_minicourse(tmp_path / "course")).assignment("double", staff=True)
+    assert cache_status(a, "process") == "compilation cache: off (only bubblewrap sandboxes can mount it read-only)"
+    assert cache_status(a, "auto", cache=False) == "compilation cache: off (--no-cache)"
+    if choose_isolation("auto") != "bwrap":
+        return
+    assert cache_status(a, "bwrap", jobs=1, n=1) == (
+        "compilation cache: none yet for this assignment version (a batch of 3 or more warms it)"
+    )
+    final = trusted_cache_dir(a)
+    assert cache_status(a, "bwrap", jobs=2, n=1) == (
+        f"compilation cache: warming {final} by grading the reference once, beside the first submissions"
+    )
+    final.mkdir(parents=True)
+    assert cache_status(a, "bwrap") == f"compilation cache: {final}"
