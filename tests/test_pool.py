@@ -61,21 +61,23 @@ def tasks(n: int) -> list[tuple[int, tuple[int]]]:
 
 
 def test_results_come_back_for_every_task() -> None:
-    pool = TrustedPool(2)
-    assert dict(pool.run(double, tasks(6))) == {i: 2 * i for i in range(6)}
-    assert pool.started == 2 and pool.pids() == []
+    with TrustedPool(2) as pool:
+        assert dict(pool.run(double, tasks(6))) == {i: 2 * i for i in range(6)}
+        assert dict(pool.run(double, tasks(3))) == {i: 2 * i for i in range(3)}  # the same workers again
+        assert pool.started == 2 and len(pool.pids()) == 2
+    assert pool.pids() == []  # closed with the block
 
 
 def test_a_worker_killed_once_is_replaced_and_its_task_graded_again(tmp_path: Path) -> None:
-    pool = TrustedPool(2)
-    got = dict(pool.run(die_once, [(i, (str(tmp_path), i)) for i in range(4)]))
+    with TrustedPool(2) as pool:
+        got = dict(pool.run(die_once, [(i, (str(tmp_path), i)) for i in range(4)]))
     assert got == {i: 2 * i for i in range(4)}  # every task answered, each after one loss
     assert pool.started == 2 + 4  # a fresh process for every loss
 
 
 def test_a_task_lost_twice_is_reported_and_the_others_go_on() -> None:
-    pool = TrustedPool(2)
-    got = dict(pool.run(die_on_three, tasks(6)))
+    with TrustedPool(2) as pool:
+        got = dict(pool.run(die_on_three, tasks(6)))
     assert {k: v for k, v in got.items() if k != 3} == {i: 2 * i for i in range(6) if i != 3}
     lost = got[3]
     assert isinstance(lost, Lost) and lost.attempts == 2 and lost.exitcode == -signal.SIGKILL
@@ -83,8 +85,8 @@ def test_a_task_lost_twice_is_reported_and_the_others_go_on() -> None:
 
 
 def test_an_exit_is_a_loss_too_and_the_attempts_are_configurable() -> None:
-    pool = TrustedPool(1, attempts=3)
-    got = dict(pool.run(exit_on_three, tasks(5)))
+    with TrustedPool(1, attempts=3) as pool:
+        got = dict(pool.run(exit_on_three, tasks(5)))
     assert got[3] == Lost(3, 7) and got[3].cause == "exit code 7"
     assert got[4] == 8 and pool.started == 1 + 3
 
@@ -93,7 +95,7 @@ def test_a_task_that_raises_is_a_grader_bug_and_stops_the_pool() -> None:
     pool = TrustedPool(2)
     with pytest.raises(WorkerError, match="ValueError: a grader bug"):
         dict(pool.run(raise_on_three, tasks(6)))
-    assert pool.pids() == []
+    assert pool.pids() == []  # the error closed it
 
 
 def test_closing_the_run_early_kills_the_workers() -> None:
