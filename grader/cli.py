@@ -340,8 +340,8 @@ def cmd_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         )
     except exports.ExportError as exc:
         tip = (
-            f"Set it under assignments.{name} in grading.yaml and export again from the course directory."
-            if "grading.yaml" in str(exc)
+            f"Set {exc.setting} under assignments.{name} in grading.yaml and export again from the course directory."
+            if exc.setting
             else ""
         )
         raise CliError(str(exc), tip) from None

@@ -108,7 +108,12 @@ GRADESCOPE_VISIBILITY = ("visible", "after_due_date")  # kept; anything else is 
 
 
 class ExportError(Exception):
-    """An export cannot be written from these records; the message names the setting to fix."""
+    """An export cannot be written from these records; the message names the setting to fix.
+    ``setting`` is the grading.yaml key to set under the assignment, when that is the fix."""
+
+    def __init__(self, message: str, *, setting: str | None = None) -> None:
+        super().__init__(message)
+        self.setting = setting
 
 
 @dataclass(frozen=True)
@@ -220,7 +225,8 @@ def canvas_csv(records: list[Record], meta: ExportMeta) -> str:
         raise ExportError(
             f'assignment {meta.name!r} has no Canvas id: add `canvas_id: "<id>"` under '
             f"assignments.{meta.name} in grading.yaml (the number in the Canvas assignment's URL, "
-            ".../assignments/<id>), then export again"
+            ".../assignments/<id>), then export again",
+            setting="canvas_id",
         )
     rows = [
         [*CANVAS_FIXED, _cell(f"{meta.title} ({meta.canvas_id})")],

@@ -165,7 +165,7 @@ def grade_notebook(
         rec.timings["startup"] = round(report.startup, 3)
         rec.timings["execute"] = round(report.duration, 3)
         rec.cells = [c.as_dict() for c in report.problems()]
-        if not report.ok and "limit" not in report.message:
+        if not report.ok and not report.timed_out:
             rec.status = "error"
             rec.message = _join(rec.message, f"the notebook could not be run: {report.message}")
         elif not report.ok:
@@ -182,7 +182,7 @@ def grade_notebook(
             rec.message = _join(rec.message, "grader configuration problem: " + "; ".join(errors))
         if session._lost and rec.status == "graded":
             rec.message = _join(rec.message, session._lost)
-            if "time limit" in session._lost:
+            if session.lost_kind == "time":
                 rec.status = "timeout"
     finally:
         session.close()

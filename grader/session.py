@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -198,6 +198,9 @@ class CellRecord:
         return d
 
 
+LossKind = Literal["time", "crash"]  # why a sandbox was lost: its wall limit, or it died or hung
+
+
 @dataclass
 class ExecutionReport:
     ok: bool
@@ -206,6 +209,7 @@ class ExecutionReport:
     duration: float = 0.0
     startup: float = 0.0
     message: str = ""
+    timed_out: bool = False  # not ok because the submission's wall limit ran out
 
     def problems(self) -> list[CellRecord]:
         return [c for c in self.cells if c.status != "ok" or c.strays]
@@ -290,7 +294,8 @@ class Session:
         self.deadline = float("inf")
         self.report: ExecutionReport | None = None
         self.exec_map: dict[int, int] = {}
-        self._lost: str | None = None
+        self._lost: str | None = None  # why the sandbox is gone (for messages)
+        self.lost_kind: LossKind | None = None  # and what that means for the status (never the text)
         self._next_id = 0
         self._evaluator_ready = False
         self.kernel_restarts = 0
@@ -392,9 +397,12 @@ class Session:
             )
             if not done.get("alive", True):
                 self._lost = "the kernel could not be restarted after it died"
+                self.lost_kind = "crash"
         except protocol.ChannelTimeout:
-            self._lose(f"the notebook did not finish within the {self.limits.wall_timeout:g}s limit for a submission")
-            self.report = ExecutionReport(False, message=self._lost or "")
+            self._lose(
+                f"the notebook did not finish within the {self.limits.wall_timeout:g}s limit for a submission", "time"
+            )
+            self.report = ExecutionReport(False, message=self._lost or "", timed_out=True)
         except protocol.ProtocolError as exc:
             self._lose(f"the sandbox stopped while running the notebook ({exc})")
             self.report = ExecutionReport(False, message=self._lost or "")
@@ -435,13 +443,13 @@ class Session:
     def _remaining(self, timeout: float) -> float:
         left = self.deadline - time.monotonic()
         if left <= 0:
-            self._lose(f"the submission used up its {self.limits.wall_timeout:g}s time limit")
+            self._lose(f"the submission used up its {self.limits.wall_timeout:g}s time limit", "time")
             raise SandboxLost(self._lost or "")
         return min(timeout, left)
 
-    def _lose(self, why: str) -> None:
+    def _lose(self, why: str, kind: LossKind = "crash") -> None:
         if self._lost is None:
-            self._lost = why
+            self._lost, self.lost_kind = why, kind
         if self.worker is not None:
             self.worker.kill()
 
@@ -464,7 +472,10 @@ class Session:
                 raise protocol.ProtocolError("response does not answer the request")
             out = protocol.unpack_values(resp, rpayload) if "values" in resp else {}
         except protocol.ChannelTimeout:
-            self._lose("the sandbox stopped answering")
+            if time.monotonic() >= self.deadline:  # the submission's wall limit, not a hang
+                self._lose(f"the submission used up its {self.limits.wall_timeout:g}s time limit", "time")
+            else:
+                self._lose("the sandbox stopped answering")
             raise SandboxLost(self._lost or "") from None
         except protocol.ProtocolError as exc:
             self._lose(f"the sandbox sent something that is not valid data ({exc})")

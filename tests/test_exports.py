@@ -108,8 +108,15 @@ def test_canvas_quotes_a_formula_title():
 
 def test_canvas_without_canvas_id_names_the_key(records):
     meta = ExportMeta(name="vmap_convolve", title="t", points_possible=40)
-    with pytest.raises(ExportError, match=r"canvas_id.*assignments\.vmap_convolve.*grading\.yaml"):
+    with pytest.raises(ExportError, match=r"canvas_id.*assignments\.vmap_convolve.*grading\.yaml") as err:
         canvas_csv(records, meta)
+    assert err.value.setting == "canvas_id"  # the CLI's TIP is chosen by this, never by the text
+
+
+def test_an_error_that_no_setting_fixes_names_none():
+    with pytest.raises(ExportError) as err:
+        moodle_csv([Record("a", "s", "x", "graded")], ExportMeta(name="a", title="t", points_possible=1))
+    assert err.value.setting is None
 
 
 def test_canvas_leaves_ids_of_other_systems_out():
