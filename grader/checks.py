@@ -8,7 +8,8 @@ validated data (see :mod:`grader.protocol`); references may be JAX arrays.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+import contextvars
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,13 +45,22 @@ class Tolerance:
     atol: float = 1e-6
 
 
-#: Set by the grading plugin from the assignment's configuration.
-DEFAULT_TOLERANCE = Tolerance()
+#: The assignment's tolerance while one of its tests runs: the grading plugin sets it around
+#: each test (``using_tolerance``), so nothing outlives a run or leaks into another course's.
+TOLERANCE: contextvars.ContextVar[Tolerance] = contextvars.ContextVar(
+    "jaxgrade_tolerance",
+    default=Tolerance(),  # noqa: B039 - a frozen dataclass
+)
 
 
-def set_default_tolerance(tol: Tolerance) -> None:
-    global DEFAULT_TOLERANCE
-    DEFAULT_TOLERANCE = tol
+@contextlib.contextmanager
+def using_tolerance(tol: Tolerance) -> Iterator[None]:
+    """``assert_close``'s default tolerance inside the block."""
+    token = TOLERANCE.set(tol)
+    try:
+        yield
+    finally:
+        TOLERANCE.reset(token)
 
 
 # --------------------------------------------------------------------------- closeness
@@ -167,7 +177,7 @@ def _close(actual: Any, expected: Any, path: str, rtol: float | None, atol: floa
                 f"{_got(act[idx])}expected {exp[idx]!r}"
             )
         return
-    tol = DEFAULT_TOLERANCE
+    tol = TOLERANCE.get()
     r = tol.rtol if rtol is None else rtol
     finite = np.isfinite(exp)
     scale = float(np.max(np.abs(exp[finite]))) if np.any(finite) else 1.0

@@ -61,7 +61,6 @@ def run_tests(
     from grader import checks
     from grader.plugin import GradingPlugin
 
-    checks.set_default_tolerance(checks.Tolerance(assignment.config.tolerance.rtol, assignment.config.tolerance.atol))
     visibility = {assignment.public_tests: "visible"}
     paths = [assignment.public_tests]
     if not public_only:
@@ -73,6 +72,7 @@ def run_tests(
         seed=assignment.seed if seed is None else seed,
         visibility_of=visibility,
         student_text=submission.take_student_text if isinstance(submission, Submission) else None,
+        tolerance=checks.Tolerance(assignment.config.tolerance.rtol, assignment.config.tolerance.atol),
     )
     args = [
         *(str(p) for p in paths if p.exists()),

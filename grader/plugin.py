@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from grader.checks import Tolerance, using_tolerance
 from grader.record import CATEGORIES, TestResult
 from grader.session import showing_student_text
 
@@ -103,10 +104,13 @@ class GradingPlugin:
         seed: int,
         visibility_of: dict[Path, str],
         student_text: Callable[[], list[str]] | None = None,
+        tolerance: Tolerance | None = None,
     ) -> None:
         """``student_text()`` returns (and forgets) the text the sandbox chose since its last
-        call; a hidden test's message and hint are scrubbed of it."""
+        call; a hidden test's message and hint are scrubbed of it.  ``tolerance`` is
+        ``assert_close``'s default during each test (the assignment's)."""
         self._submission = submission
+        self._tolerance = tolerance or Tolerance()
         self._take_student_text = student_text
         self._reference = reference
         self._seed = seed
@@ -165,6 +169,11 @@ class GradingPlugin:
     def pytest_runtest_call(self, item: pytest.Item) -> Any:
         meta = self._meta.get(item.nodeid)
         with showing_student_text(meta is None or meta.visibility == "visible"):
+            yield
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item) -> Any:
+        with using_tolerance(self._tolerance):  # fixtures' comparisons too (setup and teardown)
             yield
 
     @pytest.hookimpl(hookwrapper=True)

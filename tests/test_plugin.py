@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import nbformat
+import pytest
 
 from grader.config import load_course
 from grader.grading import collect_points, run_tests
@@ -175,3 +176,40 @@ def test_scrub_removes_whole_lines_the_sandbox_said() -> None:
     message = "`global_mean` raised ValueError at cell 2: inputs were 0.1234567 1.5 / second line holds 2.75"
     assert scrub(message, said) == "`global_mean` raised ValueError at cell 2: […] / […]"
     assert scrub("nothing of it here", said) == "nothing of it here"
+
+
+LOOSE = """
+    import pytest
+    from grader.checks import assert_close
+
+    @pytest.fixture
+    def compared():
+        assert_close(1.05, 1.0)  # a fixture's comparison uses the assignment's tolerance too
+        return True
+
+    @pytest.mark.category("numerics")
+    @pytest.mark.points(1)
+    def test_loose(submission, compared):
+        assert_close(submission.double(1.0), 2.0)
+"""
+
+
+def test_the_assignments_tolerance_reaches_checks_through_the_plugin_only(tmp_path: Path) -> None:
+    from grader.checks import TOLERANCE, CheckFailure, Tolerance, assert_close
+
+    for d in ("loose", "strict"):
+        (tmp_path / d).mkdir()
+    make_course(tmp_path / "loose", LOOSE)
+    (tmp_path / "loose" / "assignments" / "toy" / "assignment.yaml").write_text(
+        "name: toy\ntitle: Toy\nnotebook: toy.ipynb\nfunctions: [double]\ntolerance: {rtol: 0.1, atol: 0}\n"
+    )
+    loose = load_course(tmp_path / "loose").assignment("toy")
+    strict = make_course(tmp_path / "strict", LOOSE)
+    almost = Fake({"double": lambda x: 2.1 * x})
+    results, errors = run_tests(loose, almost)
+    assert errors == [] and [r.status for r in results] == ["passed"]
+    results, _ = run_tests(strict, almost)  # the next assignment does not inherit it
+    assert [r.status for r in results] == ["failed"]  # the fixture's comparison fails at setup
+    assert TOLERANCE.get() == Tolerance()  # nothing outlives a run
+    with pytest.raises(CheckFailure):
+        assert_close(2.1, 2.0)  # outside a run: the default
