@@ -481,7 +481,7 @@ def collect_points(assignment: Assignment, *, hidden: bool = True) -> dict[str, 
 
         raise ConfigError("; ".join(plugin.errors))
     points: dict[str, float] = {}
-    for meta in plugin._meta.values():
+    for meta in plugin.collected:
         points[meta.category] = round(points.get(meta.category, 0.0) + meta.points, 6)
     from grader.record import CATEGORIES
 

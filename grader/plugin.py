@@ -120,6 +120,11 @@ class GradingPlugin:
         self._meta: dict[str, TestMeta] = {}
         self._started: dict[str, float] = {}
 
+    @property
+    def collected(self) -> list[TestMeta]:
+        """Points, category, visibility and title of every test collected so far."""
+        return list(self._meta.values())
+
     # -- configuration
     def pytest_configure(self, config: pytest.Config) -> None:
         for m in MARKERS:
