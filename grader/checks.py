@@ -2,7 +2,7 @@
 
 Every check raises :class:`CheckFailure` (an ``AssertionError``) with a message that says what
 differs and, where it helps, a hint that teaches the fix.  Values from the sandbox are plain,
-validated data (see :mod:`grader.protocol`); references may be JAX arrays.
+validated data (see :mod:`grader.wire.protocol`); references may be JAX arrays.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 
 from grader.notebook import fresh_jit_in_body, fresh_jit_in_loop, mentions
-from grader.protocol import PRNGKeyData
 from grader.session import (
     STUDENT_TEXT_SHOWN,
     ExportResult,
@@ -25,6 +24,7 @@ from grader.session import (
     error_cause,
     showing_student_text,
 )
+from grader.wire import PRNGKeyData
 
 
 class CheckFailure(AssertionError):

@@ -1,6 +1,6 @@
 """The trusted side's handle on one submission: its sandboxed worker and its evaluator.
 
-Everything that comes back from the sandbox goes through :func:`grader.protocol.unpack_values`
+Everything that comes back from the sandbox goes through :func:`grader.wire.protocol.unpack_values`
 and is treated as data.  Failures attributable to the submission surface as
 :class:`SubmissionError` subclasses carrying a message and a hint for the student.
 """
@@ -20,8 +20,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from grader import protocol
 from grader.sandbox import Isolation, Limits, SandboxProcess, make_scratch, remove_scratch
+from grader.wire import protocol
 from grader.xla_cache import XlaCache
 
 log = logging.getLogger(__name__)
@@ -322,7 +322,7 @@ class Session:
         self.scratch = make_scratch("jaxgrade-sub-", self.limits.scratch_bytes)
         (self.scratch / NOTEBOOK_NAME).write_text(self.notebook_json, encoding="utf-8")
         self.worker = SandboxProcess(
-            "grader.worker", self.scratch, self.limits, self.isolation, self.env, self.protect, self.xla_cache
+            "grader.sandboxed.worker", self.scratch, self.limits, self.isolation, self.env, self.protect, self.xla_cache
         )
         self._spawned.append(self.worker)
         self.worker.start()
@@ -672,7 +672,13 @@ class Session:
         if self.eval_scratch is None:
             self.eval_scratch = make_scratch("jaxgrade-eval-", self.limits.scratch_bytes)
         self.evaluator = SandboxProcess(
-            "grader.evaluator", self.eval_scratch, self.limits, self.isolation, self.env, self.protect, self.xla_cache
+            "grader.sandboxed.evaluator",
+            self.eval_scratch,
+            self.limits,
+            self.isolation,
+            self.env,
+            self.protect,
+            self.xla_cache,
         )
         self._spawned.append(self.evaluator)
         self.evaluator.start()

@@ -257,7 +257,7 @@ def test_a_sandbox_cgroup_is_removed_when_it_ends() -> None:
     need(HOST is not None, f"no usable cgroups here: {HOST_WHY}")
     need(sandbox.choose_isolation("auto") == "bwrap", "bubblewrap does not work here")
     d = sandbox.make_scratch("jaxgrade-test-", 64 * 2**20)
-    proc = sandbox.SandboxProcess("grader.evaluator", d, sandbox.Limits(), "bwrap")
+    proc = sandbox.SandboxProcess("grader.sandboxed.evaluator", d, sandbox.Limits(), "bwrap")
     try:
         proc.start()
         assert proc.cgroup is not None

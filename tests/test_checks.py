@@ -45,7 +45,7 @@ class FakeSubmission:
         self.compiled = compiled
         self._sources = sources or {}
         self.calls = 0
-        # what the evaluator reads from the module (grader.evaluator.analyze_module)
+        # what the evaluator reads from the module (grader.sandboxed.evaluator.analyze_module)
         self.analysis = {
             "nr_devices": 1,
             "custom_calls": [],

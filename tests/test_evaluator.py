@@ -2,7 +2,7 @@
 
 Trusted test code may export functions in the test process: each module below is what a
 student's kernel would hand over for that way of writing the function, and the analysis is what
-the checks decide points from (grader/evaluator.py: ``analyze_module``).  Multi-device modules
+the checks decide points from (grader/sandboxed/evaluator.py: ``analyze_module``).  Multi-device modules
 (pmap) are exported and analysed in a child process started with 4 CPU devices, like a pmap
 assignment is graded.  The last tests go through a real sandbox: ``Session.analyze``,
 ``Session.evaluate`` and ``Session.evaluate_grad``.
@@ -23,9 +23,9 @@ import numpy as np
 import pytest
 from jax import export, lax
 
-from grader import protocol
-from grader.evaluator import _evaluate, analyze_module
+from grader.sandboxed.evaluator import _evaluate, analyze_module
 from grader.session import _analysis
+from grader.wire import protocol
 
 
 def conv(x, w):
@@ -206,8 +206,8 @@ MULTI_DEVICE = textwrap.dedent(
     from jax import export, lax
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
     sys.path.insert(0, sys.argv[1])
-    from grader import protocol
-    from grader.evaluator import _evaluate, analyze_module
+    from grader.wire import protocol
+    from grader.sandboxed.evaluator import _evaluate, analyze_module
     assert jax.device_count() == 4
 
     def conv(x, w):

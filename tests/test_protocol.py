@@ -14,8 +14,8 @@ import time
 import numpy as np
 import pytest
 
-from grader import protocol
-from grader.protocol import ChannelClosed, ChannelTimeout, ProtocolError
+from grader.wire import protocol
+from grader.wire.protocol import ChannelClosed, ChannelTimeout, ProtocolError
 
 # --------------------------------------------------------------------------- helpers
 

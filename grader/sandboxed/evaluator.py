@@ -2,7 +2,7 @@
 
 Runs sandboxed like the worker but with an empty scratch and no notebook: it only
 deserializes StableHLO sent by the trusted side (which got it from the worker) and calls it.
-Started as ``python -m grader.evaluator --scratch DIR [limits]``.
+Started as ``python -m grader.sandboxed.evaluator --scratch DIR [limits]``.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import sys
 import time
 from typing import Any
 
-from grader import protocol
-from grader.worker import apply_limits
+from grader.sandboxed.rlimits import apply_limits
+from grader.wire import protocol
 
 _ANALYSES: dict[str, dict[str, Any]] = {}
 
@@ -320,7 +320,7 @@ _VMAP_IN_NAME_STACK = re.compile(r'loc\("[^"]*\bvmap\(')
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="grader.evaluator")
+    p = argparse.ArgumentParser(prog="grader.sandboxed.evaluator")
     p.add_argument("--scratch", required=True)
     p.add_argument("--as-bytes", type=int)
     p.add_argument("--fsize", type=int)

@@ -13,7 +13,7 @@ import time
 import traceback
 from typing import Any
 
-from grader import protocol
+from grader.wire import protocol
 
 _USER_NS: dict[str, Any] | None = None
 

@@ -1,13 +1,13 @@
 """The sandboxed worker: executes one notebook with nbclient, then answers requests about it.
 
 Runs inside the sandbox (untrusted territory).  It talks to the trusted grader over the
-inherited stdin/stdout pipes with :mod:`grader.protocol` frames and to the student's kernel
+inherited stdin/stdout pipes with :mod:`grader.wire.protocol` frames and to the student's kernel
 through nbclient.  Requests reach the kernel as small synthetic cells that call
-:func:`grader.kernel_side.serve`; a request that hangs is interrupted, and a kernel that cannot
+:func:`grader.sandboxed.kernel_side.serve`; a request that hangs is interrupted, and a kernel that cannot
 be interrupted (XLA ignores SIGINT) or that dies is replaced by a fresh one in which the
 notebook's cells that worked are replayed, so one bad cell or call costs only itself.
 
-Started as ``python -m grader.worker --scratch DIR [limits]`` by :mod:`grader.sandbox`.
+Started as ``python -m grader.sandboxed.worker --scratch DIR [limits]`` by :mod:`grader.sandbox`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import resource
 import signal
 import sys
 import time
@@ -23,7 +22,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from grader import protocol
+from grader.sandboxed.rlimits import apply_limits
+from grader.wire import protocol
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _CELL_LOC = re.compile(r"(?:Cell In\s*\[(\d+)\]|<ipython-input-(\d+)-[0-9a-f]+>),\s*(?:line|in)\s*(\d+)?")
@@ -36,28 +36,6 @@ WARMUP = (
     "__jaxgrade_sys__.path.append(__jaxgrade_os__.getcwd())\n"
     "del __jaxgrade_os__, __jaxgrade_sys__"
 )
-
-
-def apply_limits(args: argparse.Namespace) -> None:
-    """Lower this process's resource limits; the kernel inherits them."""
-    pairs = [
-        (resource.RLIMIT_AS, args.as_bytes),
-        (resource.RLIMIT_FSIZE, args.fsize),
-        (resource.RLIMIT_CPU, args.cpu),
-        (resource.RLIMIT_NPROC, args.nproc),
-        (resource.RLIMIT_NOFILE, args.nofile),
-        (resource.RLIMIT_CORE, 0),
-    ]
-    for which, value in pairs:
-        if value is None:
-            continue
-        _, hard = resource.getrlimit(which)
-        new = value if hard == resource.RLIM_INFINITY else min(value, hard)
-        try:
-            resource.setrlimit(which, (new, new))
-        except (ValueError, OSError):
-            # RLIMIT_NPROC can fail when the user already has more processes; keep going
-            print(f"jaxgrade worker: could not set limit {which} to {new}", file=sys.stderr)
 
 
 def _make_client(nb: Any, scratch: str, cell_timeout: float, output_cap: int) -> Any:
@@ -171,7 +149,7 @@ class NotebookRunner:
                 continue
         if killed and self.alive:
             # the kernel's own children stay zombies (counted by RLIMIT_NPROC) until it reaps them
-            self._synthetic("__import__('grader.kernel_side').kernel_side.reap_children()", 10)
+            self._synthetic("__import__('grader.sandboxed.kernel_side').sandboxed.kernel_side.reap_children()", 10)
         return killed
 
     def kill(self) -> None:
@@ -318,7 +296,7 @@ class NotebookRunner:
         """Run one request in the kernel; return an error header, or None when a response file exists."""
         if not self.alive and not self.restart_and_replay():
             return {"ok": False, "dead": "the kernel is gone and could not be restarted"}
-        code = f"import grader.kernel_side as __jaxgrade_ks__\n__jaxgrade_ks__.serve({req_path!r}, {resp_path!r})"
+        code = f"import grader.sandboxed.kernel_side as __jaxgrade_ks__\n__jaxgrade_ks__.serve({req_path!r}, {resp_path!r})"
         import nbformat
 
         cell = nbformat.v4.new_code_cell(code)
@@ -415,7 +393,7 @@ def _patch_reply_capture(runner: NotebookRunner) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="grader.worker")
+    p = argparse.ArgumentParser(prog="grader.sandboxed.worker")
     p.add_argument("--scratch", required=True)
     p.add_argument("--as-bytes", type=int)
     p.add_argument("--fsize", type=int)

@@ -1,0 +1,33 @@
+"""Resource limits (rlimits) that a sandboxed process sets on itself before it reads any input.
+
+Runs inside the sandbox: the worker and the evaluator call :func:`apply_limits` first thing, and
+the student's kernel inherits the limits from the worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import sys
+
+
+def apply_limits(args: argparse.Namespace) -> None:
+    """Lower this process's resource limits; the kernel inherits them."""
+    pairs = [
+        (resource.RLIMIT_AS, args.as_bytes),
+        (resource.RLIMIT_FSIZE, args.fsize),
+        (resource.RLIMIT_CPU, args.cpu),
+        (resource.RLIMIT_NPROC, args.nproc),
+        (resource.RLIMIT_NOFILE, args.nofile),
+        (resource.RLIMIT_CORE, 0),
+    ]
+    for which, value in pairs:
+        if value is None:
+            continue
+        _, hard = resource.getrlimit(which)
+        new = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        try:
+            resource.setrlimit(which, (new, new))
+        except (ValueError, OSError):
+            # RLIMIT_NPROC can fail when the user already has more processes; keep going
+            print(f"jaxgrade worker: could not set limit {which} to {new}", file=sys.stderr)
