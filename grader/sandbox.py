@@ -1,11 +1,13 @@
 """Starting untrusted processes: bubblewrap when it works here, a limited subprocess otherwise.
 
-A sandbox sees a read-only system (``/usr`` and the Python installation), the grader package
-at ``/opt/jaxgrade``, and one writable directory, its scratch (``/sandbox``): nothing of
-``reference/``, the hidden tests, the output directory or other submissions.  It has no network,
-its own PID namespace (so killing it ends its whole process tree), a separate uid (the host's
-``nobody`` when the grader runs as root), ``--die-with-parent``, and rlimits set by the worker
-before it reads any input.  Where the grader may (root, or a delegated cgroup), each sandbox also
+A sandbox sees a read-only system (``/usr`` and the Python installation), the sandbox side of
+the grader package at ``/opt/jaxgrade/grader`` (``grader/sandboxed`` and ``grader/wire`` and an
+empty ``__init__.py``: no trusted module, see :func:`sandbox_mounts`), and one writable
+directory, its scratch (``/sandbox``): nothing of ``reference/``, the hidden tests, the output
+directory or other submissions.  It has no network, its own PID namespace (so killing it ends
+its whole process tree), a uid of its own (a host uid leased for it from ``SANDBOX_UID_BASE``
+when the grader runs as root, :class:`UidLease`), ``--die-with-parent``, and rlimits set by the
+worker before it reads any input.  Where the grader may (root, or a delegated cgroup), each sandbox also
 has its own cgroup (memory, processes and CPU share of its whole tree, :mod:`grader.cgroups`), an
 OOM score that makes the kernel pick it before any trusted process, and a scratch directory that
 is a tmpfs of ``Limits.scratch_bytes``; :func:`resource_warning` says what is not bounded.
@@ -29,20 +31,24 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from grader import cgroups, protocol
+from grader import cgroups
+from grader.wire import protocol
 from grader.xla_cache import MOUNT as XLA_MOUNT
 from grader.xla_cache import XlaCache
 
 log = logging.getLogger(__name__)
 
 Isolation = Literal["bwrap", "process"]
-NOBODY = 65534
 #: Host uids for sandboxes when the grader runs as root: one per concurrent sandbox, so that
 #: RLIMIT_NPROC (counted per uid) is a per-sandbox budget and sandboxes cannot signal each other.
 SANDBOX_UID_BASE = 300_000
 SANDBOX_UID_COUNT = 4096
 SANDBOX_ROOT = "/sandbox"
 GRADER_MOUNT = "/opt/jaxgrade"
+#: The subpackages of ``grader`` that run in (or talk to) the sandbox: the only grader code it sees.
+SANDBOX_PACKAGES = ("sandboxed", "wire")
+#: The sandbox's ``grader/__init__.py``: the package itself, without anything of the trusted side.
+SANDBOX_INIT = '"""jaxgrade, sandbox side: only grader.sandboxed and grader.wire are mounted here."""\n'
 GiB = 1024**3
 MiB = 1024**2
 
@@ -157,6 +163,14 @@ def grader_package_dir() -> str:
     return os.path.dirname(os.path.abspath(__file__))
 
 
+def sandbox_mounts() -> list[tuple[str, str]]:
+    """(host directory, path in the sandbox) of the grader code a bwrap sandbox sees: the
+    sandbox side only.  Any other grader module (checks, session, config...) is absent there,
+    so importing one from sandboxed code fails (``tests/test_layout.py``)."""
+    pkg = grader_package_dir()
+    return [(os.path.join(pkg, sub), f"{GRADER_MOUNT}/grader/{sub}") for sub in SANDBOX_PACKAGES]
+
+
 def sandbox_env(isolation: Isolation, scratch: str, extra: dict[str, str] | None = None) -> dict[str, str]:
     home = SANDBOX_ROOT if isolation == "bwrap" else scratch
     pythonpath = GRADER_MOUNT if isolation == "bwrap" else os.path.dirname(grader_package_dir())
@@ -214,7 +228,7 @@ class SandboxProcess:
         self.marker = uuid.uuid4().hex
         self.proc: subprocess.Popen[bytes] | None = None
         self._fds: list[int] = []
-        self.uid = NOBODY
+        self.uid = os.getuid()  # the host uid it runs as; a leased one as root under bwrap
         self._uid_lease = UidLease()
         self.cgroup: cgroups.SandboxCgroup | None = None
         self.cpu_seconds: float | None = None  # the whole tree's CPU time, once it ended (cgroups)
@@ -247,7 +261,7 @@ class SandboxProcess:
             *self.limits.worker_args(offset),
             *(["--pid-namespace"] if self.isolation == "bwrap" else []),
         ]
-        if self.module == "grader.worker" and os.path.ismount(self.scratch):  # a size-capped tmpfs
+        if self.module == "grader.sandboxed.worker" and os.path.ismount(self.scratch):  # a size-capped tmpfs
             cmd.append(f"--reserve-bytes={min(32 * MiB, self.limits.scratch_bytes // 8)}")
         kwargs: dict[str, Any] = {}
         cgroups.protect_trusted()  # the OOM killer picks sandboxes, never us
@@ -293,13 +307,13 @@ class SandboxProcess:
         self._fds = []
 
     def _bwrap_prefix(self, env: dict[str, str]) -> list[str]:
-        """bwrap arguments; as root: no user namespace, then setpriv to the host's nobody."""
+        """bwrap arguments; as root: no user namespace, then setpriv to the leased uid."""
         bwrap, _ = bwrap_status()
         assert bwrap is not None
         as_root = _runs_as_root()
         args = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
         if as_root:
-            # capabilities are all cleared when setpriv switches to nobody
+            # capabilities are all cleared when setpriv switches to the leased uid
             args += [
                 "--cap-drop",
                 "ALL",
@@ -318,7 +332,7 @@ class SandboxProcess:
                 args += ["--symlink", os.readlink(link), link]
             elif os.path.isdir(link):
                 args += ["--ro-bind", link, link]
-        # bwrap would create /etc for the binds below with mode 0700: unreadable once we are nobody
+        # bwrap would create /etc for the binds below with mode 0700: unreadable once we are the leased uid
         args += ["--perms", "0755", "--dir", "/etc"]
         for f in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/hosts", "/etc/nsswitch.conf"):
             if os.path.exists(f):
@@ -333,7 +347,7 @@ class SandboxProcess:
         args += ["--bind", str(self.scratch / ".jaxgrade" / "tmp"), "/tmp"]
         made: set[str] = {"/", "/usr", "/tmp", "/etc", SANDBOX_ROOT}
         binds = [(r, r) for r in _python_roots() if not r.startswith("/usr/")]
-        binds.append((grader_package_dir(), f"{GRADER_MOUNT}/grader"))
+        binds += sandbox_mounts()
         for src, dest in binds:
             for secret in self.protect:
                 if secret == Path(src) or Path(src) in secret.parents:
@@ -344,6 +358,10 @@ class SandboxProcess:
                     )
             args += _parents(dest, made)
             args += ["--ro-bind", src, dest]
+        # a package marker of its own, not the host's grader/__init__.py (trusted side)
+        init = f"{GRADER_MOUNT}/grader/__init__.py"
+        args += _parents(init, made)
+        args += ["--perms", "0444", "--ro-bind-data", str(self._data_fd(SANDBOX_INIT)), init]
         if self.xla_cache is not None:
             args += _parents(XLA_MOUNT, made)
             args += self.xla_cache.bind_args()

@@ -129,11 +129,19 @@ def test_cannot_see_reference_hidden_tests_outputs_or_other_submissions(jail, tm
         visible = [str(p) for p, s in zip(hidden, seen, strict=True) if s]
         assert visible == []
         assert jail.call("try_read", str(result)).value.startswith("refused")
-        # what it does see: its own scratch and a read-only grader package
-        assert jail.call("exists", ["/sandbox/submission.ipynb", "/opt/jaxgrade/grader/kernel_side.py"]).value == [
-            True,
-            True,
-        ]
+        # what it does see: its own scratch and the read-only sandbox side of the grader package
+        # (grader/sandboxed and grader/wire), not its trusted side (grader/checks.py...)
+        seen = jail.call(
+            "exists",
+            [
+                "/sandbox/submission.ipynb",
+                "/opt/jaxgrade/grader/sandboxed/kernel_side.py",
+                "/opt/jaxgrade/grader/wire/protocol.py",
+                "/opt/jaxgrade/grader/checks.py",
+                "/opt/jaxgrade/grader/session.py",
+            ],
+        ).value
+        assert seen == [True, True, True, False, False]
     finally:
         import shutil
 
@@ -261,7 +269,7 @@ def test_no_process_survives_close(notebook_text, isolation):
         s.close()
     try:
         assert wait_for(lambda: not find_processes(token), timeout=10), find_processes(token)
-        assert b"grader.worker" not in _cmdline(worker_pid)
+        assert b"grader.sandboxed.worker" not in _cmdline(worker_pid)
         assert s.scratch is not None and not s.scratch.exists()
     finally:
         reap(find_processes(token))
@@ -301,7 +309,7 @@ def test_choose_isolation_prefers_bwrap_when_it_works():
 def test_refuses_to_mount_a_python_that_contains_protected_files(tmp_path: Path) -> None:
     """A venv created inside the course directory would expose reference/: refuse to start."""
     secret = Path(sys.prefix) / "reference"
-    proc = sandbox.SandboxProcess("grader.worker", tmp_path, Limits(), "bwrap", protect=(secret,))
+    proc = sandbox.SandboxProcess("grader.sandboxed.worker", tmp_path, Limits(), "bwrap", protect=(secret,))
     with pytest.raises(sandbox.SandboxSetupError, match="the sandbox would expose"):
         proc.start()
     assert proc.proc is None
