@@ -62,7 +62,7 @@ VC_HIDDEN_VMAP_HELPER = """\
 _rows = jax.vmap(convolve)"""
 
 VC_WATCH_DISARMED = """\
-import grader.kernel_side as ks
+import grader.sandboxed.kernel_side as ks
 
 
 class _Blind:
@@ -164,7 +164,7 @@ def manually_vectorized_convolve(xs, ws):
 # Symbolic exports answered with a zeros module; the eager calls that follow one (same name, same
 # signal length) answered with zeros: the grader then compares zeros with zeros.
 VC_ZEROS_FOR_SYMBOLIC = """\
-import grader.kernel_side as ks
+import grader.sandboxed.kernel_side as ks
 from jax import export as jexport
 
 _ZERO = {}  # name -> the signal length of its last symbolic export
@@ -234,8 +234,8 @@ ks._OPS["export"] = _constant_export
 ks._OPS["probe"] = _jitted_probe"""
 
 VC_SPY_SERVE = """\
-import grader.kernel_side as ks
-from grader import protocol
+import grader.sandboxed.kernel_side as ks
+from grader.wire import protocol
 
 _REQUESTS = []
 _serve = ks.serve
@@ -412,7 +412,7 @@ x = jnp.array([-2.0, -0.5, 0.0, 0.5, 3.0])
 print(f_jittable(x), g_static(x, 3), g_traced(x, 4), selu_jit(x), g_loop_cached(x, 5))"""
 
 JC_COUNTER_RESET = """\
-import grader.kernel_side as ks
+import grader.sandboxed.kernel_side as ks
 
 
 def g_loop_cached(x, n):
@@ -536,7 +536,7 @@ def g_loop_cached(x, n):
     return np.asarray(x) + n"""
 
 JC_FORGED_OPS = """\
-import grader.kernel_side as ks
+import grader.sandboxed.kernel_side as ks
 from jax import export as jexport
 
 
@@ -624,7 +624,7 @@ ws = jnp.ones((4, 3))
 print(parallel_convolve(xs, ws), global_mean(xs))"""
 
 PM_LOOPS_DEVICES_PATCHED = """\
-import grader.kernel_side as ks
+import grader.sandboxed.kernel_side as ks
 
 ks._devices_of = lambda value: 4  # "spread across 4 devices"
 
@@ -752,7 +752,7 @@ def _write_first(x, value):
     return x"""
 
 FU_MUTATED_PATCHED = """\
-import grader.kernel_side as ks
+import grader.sandboxed.kernel_side as ks
 
 ks._mutated = lambda args, snaps: []  # "nothing was modified"
 
@@ -763,7 +763,7 @@ def set_first(x, value):
     return jnp.asarray(x).at[0].set(value)"""
 
 FU_READ_ONLY_SWITCHED_OFF = """\
-import grader.kernel_side as ks
+import grader.sandboxed.kernel_side as ks
 
 ks._os_read_only = lambda value: value  # the inputs stay writable
 ks._mutated = lambda args, snaps: []  # and "nothing was modified"
