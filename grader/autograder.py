@@ -117,7 +117,7 @@ dependencies = [
 jaxgrade = "grader.cli:main"
 
 [tool.setuptools]
-packages = ["grader"]
+packages = ["grader", "grader.sandboxed", "grader.wire"]
 
 [tool.setuptools.package-data]
 grader = ["*.html", "*.ini", "*.css", "templates/*", "templates/**/*"]
