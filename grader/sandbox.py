@@ -346,6 +346,14 @@ class SandboxProcess:
         args += ["--bind", str(self.scratch), SANDBOX_ROOT]
         args += ["--bind", str(self.scratch / ".jaxgrade" / "tmp"), "/tmp"]
         made: set[str] = {"/", "/usr", "/tmp", "/etc", SANDBOX_ROOT}
+        # the grader package: a tmpfs of its own that holds only the sandbox side and a generated
+        # __init__.py (not the host's, which is trusted code), made read-only below once they
+        # are mounted (a directory bwrap makes is writable in a user namespace)
+        package = f"{GRADER_MOUNT}/grader"
+        args += _parents(package, made)
+        args += ["--tmpfs", package]
+        made.add(package)
+        args += ["--perms", "0444", "--ro-bind-data", str(self._data_fd(SANDBOX_INIT)), f"{package}/__init__.py"]
         binds = [(r, r) for r in _python_roots() if not r.startswith("/usr/")]
         binds += sandbox_mounts()
         for src, dest in binds:
@@ -358,10 +366,7 @@ class SandboxProcess:
                     )
             args += _parents(dest, made)
             args += ["--ro-bind", src, dest]
-        # a package marker of its own, not the host's grader/__init__.py (trusted side)
-        init = f"{GRADER_MOUNT}/grader/__init__.py"
-        args += _parents(init, made)
-        args += ["--perms", "0444", "--ro-bind-data", str(self._data_fd(SANDBOX_INIT)), init]
+        args += ["--remount-ro", package]
         if self.xla_cache is not None:
             args += _parents(XLA_MOUNT, made)
             args += self.xla_cache.bind_args()

@@ -4,8 +4,8 @@ The static test parses every module of those two packages and fails, naming file
 imports a grader module outside them (at any depth, relative imports, ``__import__`` and
 ``importlib.import_module`` with a literal name, and code in string literals that the worker
 runs in the kernel).  The real test grades a notebook in a bubblewrap sandbox that tries to
-import trusted modules and lists the mounted package; ``double`` is right only when one of them
-worked, so a 0 proves the boundary, and the same notebook graded without bubblewrap (where the
+import trusted modules, lists the mounted package and writes into it; ``double`` is right only
+when one of them worked, so a 0 proves the boundary, and the same notebook graded without bubblewrap (where the
 whole package is importable) scores 4, which proves that the notebook itself works.
 """
 
@@ -168,6 +168,14 @@ except OSError:
     LISTED = None  # not there: this test no longer looks where the package is mounted
 import grader
 PACKAGE_DIR = os.path.dirname(grader.__file__)
+if PACKAGE_DIR == "/opt/jaxgrade/grader":  # in the sandbox (never write into the host's package)
+    for planted in ("planted.py", "sandboxed/planted.py", "wire/planted.py"):
+        try:
+            with open(os.path.join(PACKAGE_DIR, planted), "w") as f:
+                f.write("PLANTED = True")
+            IMPORTED.append(planted)  # a module of its own where the grader package is
+        except OSError:
+            pass
 EXTRA = [n for n in os.listdir(PACKAGE_DIR) if n not in ("__init__.py", "sandboxed", "wire", "__pycache__")]
 print("imported", IMPORTED, "listed", LISTED, "in", PACKAGE_DIR, "extra", EXTRA)
 """
