@@ -1,16 +1,16 @@
 """Starting untrusted processes: bubblewrap when it works here, a limited subprocess otherwise.
 
 A sandbox sees a read-only system (``/usr`` and the Python installation), the sandbox side of
-the grader package at ``/opt/jaxgrade/grader`` (``grader/sandboxed`` and ``grader/wire`` and an
-empty ``__init__.py``: no trusted module, see :func:`sandbox_mounts`), and one writable
-directory, its scratch (``/sandbox``): nothing of ``reference/``, the hidden tests, the output
-directory or other submissions.  It has no network, its own PID namespace (so killing it ends
-its whole process tree), a uid of its own (a host uid leased for it from ``SANDBOX_UID_BASE``
-when the grader runs as root, :class:`UidLease`), ``--die-with-parent``, and rlimits set by the
-worker before it reads any input.  Where the grader may (root, or a delegated cgroup), each sandbox also
-has its own cgroup (memory, processes and CPU share of its whole tree, :mod:`grader.cgroups`), an
-OOM score that makes the kernel pick it before any trusted process, and a scratch directory that
-is a tmpfs of ``Limits.scratch_bytes``; :func:`resource_warning` says what is not bounded.
+the grader package at ``/opt/jaxgrade/grader`` (``grader/sandboxed``, ``grader/wire`` and a
+generated ``__init__.py`` that imports nothing: no trusted module, see :func:`sandbox_mounts`),
+and one writable directory, its scratch (``/sandbox``): nothing of ``reference/``, the hidden
+tests, the output directory or other submissions.  It has no network, its own PID namespace (so
+killing it ends its whole process tree), a uid of its own (a host uid leased for it from
+``SANDBOX_UID_BASE`` when the grader runs as root, :class:`UidLease`), ``--die-with-parent``,
+and rlimits set by the worker before it reads any input.  Where the grader may (root, or a
+delegated cgroup), each sandbox also has its own cgroup (memory, processes and CPU share of its
+whole tree, :mod:`grader.cgroups`), an OOM score that makes the kernel pick it before any
+trusted process, and a scratch directory that is a tmpfs of ``Limits.scratch_bytes``; :func:`resource_warning` says what is not bounded.
 Without bwrap the same limits apply to a plain subprocess in its own session, and
 :func:`isolation_warning` says what is lost.
 """
