@@ -10,9 +10,9 @@ killing it ends its whole process tree), a uid of its own (a host uid leased for
 and rlimits set by the worker before it reads any input.  Where the grader may (root, or a
 delegated cgroup), each sandbox also has its own cgroup (memory, processes and CPU share of its
 whole tree, :mod:`grader.cgroups`), an OOM score that makes the kernel pick it before any
-trusted process, and a scratch directory that is a tmpfs of ``Limits.scratch_bytes``; :func:`resource_warning` says what is not bounded.
-Without bwrap the same limits apply to a plain subprocess in its own session, and
-:func:`isolation_warning` says what is lost.
+trusted process, and a scratch directory that is a tmpfs of ``Limits.scratch_bytes``;
+:func:`resource_warning` says what is not bounded.  Without bwrap the same limits apply to a
+plain subprocess in its own session, and :func:`isolation_warning` says what is lost.
 """
 
 from __future__ import annotations
