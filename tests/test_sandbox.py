@@ -162,6 +162,8 @@ def test_cannot_write_outside_its_scratch(jail, tmp_path):
         (f"/usr/{tag}", f"/usr/{tag}"),
         (f"/usr/lib/{tag}", f"/usr/lib/{tag}"),
         (f"/opt/jaxgrade/grader/{tag}", str(REPO / "grader" / tag)),
+        (f"/opt/jaxgrade/grader/sandboxed/{tag}", str(REPO / "grader" / "sandboxed" / tag)),
+        (f"/opt/jaxgrade/grader/wire/{tag}", str(REPO / "grader" / "wire" / tag)),
         (f"/opt/jaxgrade/{tag}", None),
         (f"{sys.prefix}/{tag}", f"{sys.prefix}/{tag}"),
         (f"{site}/{tag}.pth", f"{site}/{tag}.pth"),
