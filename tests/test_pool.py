@@ -72,7 +72,9 @@ def test_a_worker_killed_once_is_replaced_and_its_task_graded_again(tmp_path: Pa
     with TrustedPool(2) as pool:
         got = dict(pool.run(die_once, [(i, (str(tmp_path), i)) for i in range(4)]))
     assert got == {i: 2 * i for i in range(4)}  # every task answered, each after one loss
-    assert pool.started == 2 + 4  # a fresh process for every loss
+    # a fresh process replaces a lost one when a task waits for it; the last retries may go to a
+    # worker that is already idle instead
+    assert 2 + 1 <= pool.started <= 2 + 4
 
 
 def test_a_task_lost_twice_is_reported_and_the_others_go_on() -> None:
