@@ -37,7 +37,7 @@ import traceback
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +45,7 @@ import yaml
 
 from grader import __version__
 from grader.config import COURSE_FILE, ConfigError, load_course
+from grader.intake import parse_time
 from grader.output import atomic_target, write_atomic
 
 if TYPE_CHECKING:
@@ -59,46 +60,11 @@ PACKAGE_DIR = "jaxgrade"  # the package source inside the bundle
 _SKIP_DIRS = {"__pycache__", ".ipynb_checkpoints", ".pytest_cache", ".git", "__MACOSX"}
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)  # zip entries get a fixed time: the same course gives the same zip
 
-SETUP_SH = """#!/usr/bin/env bash
-# jaxgrade autograder setup: Gradescope runs this once, as root, when it builds the image.
-set -eu
-ROOT="${JAXGRADE_AUTOGRADER_ROOT:-/autograder}"
-export DEBIAN_FRONTEND=noninteractive
-if command -v apt-get >/dev/null 2>&1; then
-    apt-get update || true
-    # bubblewrap keeps student code away from the hidden tests and the network (best effort:
-    # without it jaxgrade falls back to a plain subprocess and says so in the log).
-    apt-get install -y --no-install-recommends bubblewrap \\
-        || echo "jaxgrade setup: bubblewrap could not be installed; student code will run without it" >&2
-    apt-get install -y --no-install-recommends python3 python3-pip python3-venv \\
-        || echo "jaxgrade setup: python3-pip/python3-venv could not be installed" >&2
-fi
-# a virtual environment outside the course files (newer Ubuntu images refuse system-wide pip)
-python3 -m venv "$ROOT/venv"
-"$ROOT/venv/bin/python3" -m pip install --upgrade pip
-"$ROOT/venv/bin/python3" -m pip install "$ROOT/source/jaxgrade"
-# fail the build now, not on the first submission
-"$ROOT/venv/bin/python3" -c "import grader.autograder, jax; print('jaxgrade', grader.__version__, 'jax', jax.__version__)"
-"""
-
-RUN_AUTOGRADER = """#!/usr/bin/env bash
-# jaxgrade autograder: Gradescope runs this for each submission.
-# JAXGRADE_AUTOGRADER_ROOT replaces /autograder (for testing); JAXGRADE_ISOLATION chooses the
-# sandbox: auto (bubblewrap when it works here, else a plain subprocess), bwrap or process.
-ROOT="${JAXGRADE_AUTOGRADER_ROOT:-/autograder}"
-PY=python3
-if [ -x "$ROOT/venv/bin/python3" ]; then
-    PY="$ROOT/venv/bin/python3"
-fi
-cd "$ROOT/source" && "$PY" -m grader.autograder "$ROOT" --isolation "${JAXGRADE_ISOLATION:-auto}"
-status=$?
-if [ ! -s "$ROOT/results/results.json" ]; then
-    # jaxgrade could not start at all: never leave Gradescope without results
-    mkdir -p "$ROOT/results"
-    printf '%s\\n' '{"score": 0.0, "output": "The autograder could not start, so this submission was not graded. Please tell your instructor.", "output_format": "text", "stdout_visibility": "hidden", "tests": []}' > "$ROOT/results/results.json"
-fi
-exit $status
-"""
+# Gradescope's two scripts, shipped as they are (grader/templates/): setup.sh builds the image,
+# run_autograder grades one submission
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+SETUP_SH = (TEMPLATES / "gradescope_setup.sh").read_text(encoding="utf-8")
+RUN_AUTOGRADER = (TEMPLATES / "gradescope_run_autograder").read_text(encoding="utf-8")
 
 _GENERATED_PYPROJECT = """[build-system]
 requires = ["setuptools>=64"]
@@ -291,19 +257,6 @@ def find_notebook(submission: Path, starter_name: str, assignment: str) -> Path:
     )
 
 
-def _parse_time(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value.strip():
-        return None
-    text = value.strip().replace("Z", "+00:00")
-    text = re.sub(r"(\.\d{6})\d+", r"\1", text)  # Python 3.10 reads at most 6 fraction digits
-    text = re.sub(r"\.(\d{1,5})(?=[+-]|$)", lambda m: "." + m.group(1).ljust(6, "0"), text)
-    try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
-
-
 def read_metadata(root: Path, notebook: Path | None) -> SubmissionInfo:
     """Who submitted and when, from ``root/submission_metadata.json`` (absent: the file's stem)."""
     path = root / "submission_metadata.json"
@@ -337,9 +290,9 @@ def read_metadata(root: Path, notebook: Path | None) -> SubmissionInfo:
     return SubmissionInfo(
         student=student,
         identity=identity,
-        submitted_at=_parse_time(meta.get("created_at")),
-        due=_parse_time(info.get("due_date")),
-        late_due=_parse_time(info.get("late_due_date")),
+        submitted_at=parse_time(meta.get("created_at")),
+        due=parse_time(info.get("due_date")),
+        late_due=parse_time(info.get("late_due_date")),
         metadata=meta,
     )
 
@@ -433,6 +386,7 @@ def course_late_policy(rec: Record, assignment: Assignment, info: SubmissionInfo
 
 
 def _grade(assignment: Assignment, notebook: Path, info: SubmissionInfo, isolation: str) -> Record:
+    from grader.batch import stamp
     from grader.grading import grade_many
     from grader.sandbox import choose_isolation, isolation_warning
 
@@ -444,10 +398,7 @@ def _grade(assignment: Assignment, notebook: Path, info: SubmissionInfo, isolati
     for line in (resource_warning() or "").splitlines():
         print(f"jaxgrade autograder: {line}", flush=True)
     rec = grade_many(assignment, [notebook], jobs=1, students={notebook: info.student}, isolation=isolation)[notebook]
-    rec.identity = dict(info.identity)
-    rec.graded_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    rec.assignment_version = assignment.version()
-    return rec
+    return stamp(rec, info.identity, assignment.version())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -73,6 +73,15 @@ def _mib(n: float) -> str:
     return f"{n / MiB:.1f} MiB"
 
 
+def stamp(rec: Record, identity: dict[str, str], version: str) -> Record:
+    """What the trusted side knows of a record beyond its tests: who (as the LMS names them),
+    which assignment version graded it, and when.  Batches and the Gradescope runtime both use it."""
+    rec.identity = dict(identity)
+    rec.assignment_version = version
+    rec.graded_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return rec
+
+
 class Batch:
     def __init__(
         self,
@@ -254,9 +263,7 @@ class Batch:
 
     def complete(self, rec: Record, inc: Incoming) -> Record:
         """Add what the trusted side knows beyond the tests: identity, version, time, lateness."""
-        rec.identity = dict(inc.identity)
-        rec.assignment_version = self.version
-        rec.graded_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        stamp(rec, inc.identity, self.version)
         if inc.ignored:
             note = f"graded the latest of several notebooks; also submitted: {', '.join(inc.ignored)}"
             rec.message = f"{rec.message}; {note}" if rec.message else note

@@ -656,7 +656,7 @@ def _gradescope(folder: str, sub_id: str, entry: Any, original: str, common: dic
         identity["email"] = ", ".join(emails)
     if len(keys) > 1:
         identity["members"] = ", ".join(keys)
-    when = _parse_time(_get(entry, "created_at")) if isinstance(entry, dict) else None
+    when = parse_time(_get(entry, "created_at")) if isinstance(entry, dict) else None
     return _Cand(student, identity, submitted_at=when, **common)
 
 
@@ -676,7 +676,8 @@ def _scalar(v: Any) -> str:
     return ""
 
 
-def _parse_time(v: Any) -> datetime | None:
+def parse_time(v: Any) -> datetime | None:
+    """An LMS time (ISO 8601, any fraction digits, `Z` or an offset; none: UTC), or None."""
     if isinstance(v, datetime):
         dt = v
     elif isinstance(v, str):
