@@ -83,15 +83,15 @@ import csv
 import html
 import io
 import json
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from grader.late import days_text, describe
 from grader.output import safe_name, spreadsheet_safe, write_atomic
-from grader.record import CATEGORIES, Record
+from grader.record import CATEGORIES, Record, finite, format_score
 
 CANVAS_FIXED = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
 MOODLE_COLUMNS = (
@@ -130,19 +130,7 @@ class ExportMeta:
 # --------------------------------------------------------------------------- helpers
 
 
-def _num(value: Any) -> float:
-    """A finite float (0.0 for NaN, infinities and non-numbers)."""
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        return 0.0
-    return x if math.isfinite(x) else 0.0
-
-
-def format_score(value: Any) -> str:
-    """``40`` for 40.0, ``33.5`` for 33.5, up to 6 decimals; never an exponent or ``-0``."""
-    text = f"{round(_num(value), 6):.6f}".rstrip("0").rstrip(".")
-    return "0" if text in ("-0", "") else text
+_num = finite  # a finite float of an untrusted JSON value
 
 
 def _cell(value: Any) -> str:
@@ -186,15 +174,7 @@ def _iso_utc(text: str) -> str:
 
 def late_text(record: Record) -> str:
     """One line on the late deduction, e.g. ``2 days late: -20% (40 -> 32)``; "" when on time."""
-    late = record.late or {}
-    if not late or not late.get("days"):
-        return ""
-    days = int(_num(late.get("days")))
-    text = f"{days} day{'s' if days != 1 else ''} late"
-    if late.get("flag") and not late.get("submitted_at"):
-        text += " (flagged late by the LMS)"
-    raw = format_score(late.get("raw_score", record.score))
-    return f"{text}: -{format_score(late.get('percent'))}% ({raw} -> {format_score(record.score)})"
+    return describe(record.late or {}, record.score)
 
 
 def summary(record: Record) -> str:
@@ -377,10 +357,7 @@ def _overall_output(record: Record) -> str:
     late = record.late or {}
     if late.get("days"):
         if held:
-            days = int(_num(late.get("days")))
-            lines.append(
-                f"Late deduction: {days} day{'s' if days != 1 else ''} late: -{format_score(late.get('percent'))}%."
-            )
+            lines.append(f"Late deduction: {days_text(late)}: -{format_score(late.get('percent'))}%.")
         else:
             lines.append(f"Late deduction: {late_text(record)}.")
     if record.status == "timeout":

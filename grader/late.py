@@ -14,7 +14,7 @@ import math
 from datetime import datetime, timedelta
 
 from grader.config import LatePolicy
-from grader.record import Record
+from grader.record import Record, finite, format_score
 
 DAY = timedelta(days=1)
 
@@ -54,14 +54,20 @@ def apply_late(
     return record
 
 
-def describe(late: dict) -> str:
-    """One line for feedback and exports, e.g. ``2 days late: -20% (40 -> 32)``."""
-    if not late:
-        return ""
-    days = late["days"]
-    after = round(late["raw_score"] * (1 - late["percent"] / 100), 6)
-    how = "flagged late by the LMS" if late.get("flag") and not late.get("submitted_at") else ""
+def days_text(late: dict) -> str:
+    """``2 days late``, ``1 day late (flagged late by the LMS)``."""
+    days = int(finite(late.get("days")))
     text = f"{days} day{'s' if days != 1 else ''} late"
-    if how:
-        text += f" ({how})"
-    return f"{text}: -{late['percent']:g}% ({late['raw_score']:g} -> {after:g})"
+    if late.get("flag") and not late.get("submitted_at"):
+        text += " (flagged late by the LMS)"
+    return text
+
+
+def describe(late: dict, final: float | None = None) -> str:
+    """One line for feedback and exports, e.g. ``2 days late: -20% (40 -> 32)``; "" when on time.
+    ``final`` is the score after the deduction (the record's); else it is computed."""
+    if not late or not late.get("days"):
+        return ""
+    raw, percent = finite(late.get("raw_score", final)), finite(late.get("percent"))
+    after = round(raw * (1 - percent / 100), 6) if final is None else final
+    return f"{days_text(late)}: -{format_score(percent)}% ({format_score(raw)} -> {format_score(after)})"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
@@ -166,3 +167,18 @@ def cap_record(rec: Record, limit: int = RECORD_MAX_BYTES) -> Record:
         count("over_limit")
     rec.truncated = cut
     return rec
+
+
+def finite(value: Any) -> float:
+    """A finite float (0.0 for NaN, infinities and non-numbers)."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return x if math.isfinite(x) else 0.0
+
+
+def format_score(value: Any) -> str:
+    """``40`` for 40.0, ``33.5`` for 33.5, up to 6 decimals; never an exponent or ``-0``."""
+    text = f"{round(finite(value), 6):.6f}".rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
