@@ -15,28 +15,18 @@ from typing import Any
 
 import numpy as np
 
-from grader.notebook import fresh_jit_in_body, fresh_jit_in_loop, mentions
-from grader.session import (
+from grader.errors import (
     STUDENT_TEXT_SHOWN,
-    ExportResult,
+    CheckFailure,
     StudentRaised,
     SubmissionError,
     error_cause,
     showing_student_text,
 )
+from grader.hints import taught
+from grader.notebook import fresh_jit_in_body, fresh_jit_in_loop, mentions
+from grader.session import ExportResult
 from grader.wire import PRNGKeyData
-
-
-class CheckFailure(AssertionError):
-    """A check failed; ``message`` says what differs, ``hint`` how to fix it."""
-
-    def __init__(self, message: str, hint: str = "") -> None:
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.message, self.hint))
 
 
 @dataclass(frozen=True)
@@ -285,7 +275,7 @@ def _raised(exc: StudentRaised, what: str) -> tuple[str, str]:
     cause = error_cause(exc.evalue)
     return (
         f"{what}: {exc.ename}{' at ' + loc if loc else ''}" + (f": {cause}" if cause else ""),
-        exc.taught(),
+        taught(exc),
     )
 
 
@@ -474,7 +464,7 @@ def check_pure(
         if exc.says("host_callback") or "callback" in exc.ename.lower():
             raise CheckFailure(
                 f"`{name}` calls back into Python from compiled code ({exc.ename})",
-                exc.taught(),
+                taught(exc),
             ) from None
     except SubmissionError:
         pass  # tracing problems belong to the jit category

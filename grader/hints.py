@@ -8,10 +8,8 @@ prefixes the student's line when it is known.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from grader.session import Location
+from grader.errors import Location, StudentRaised
 
 
 @dataclass(frozen=True)
@@ -157,3 +155,9 @@ def hint_for(ename: str, evalue: str = "", location: Location | None = None, *, 
         parts.append(h.cause)
         parts.append("Fix: " + h.fix)
     return " ".join(parts)
+
+
+def taught(exc: StudentRaised) -> str:
+    """The hint a student error carries, else the grader's hint for its class and message (the
+    message chooses the words even when a hidden test may not show it)."""
+    return exc.hint or hint_for(exc.ename, exc.unshown_message, exc.location, name=exc.name)

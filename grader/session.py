@@ -7,19 +7,29 @@ and is treated as data.  Failures attributable to the submission surface as
 
 from __future__ import annotations
 
-import builtins
-import contextlib
-import contextvars
 import json
 import logging
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
+from grader.errors import (  # noqa: F401 - re-exported: course test files import them from here
+    STUDENT_TEXT_SHOWN,
+    BadValue,
+    CallTimedOut,
+    Location,
+    MissingName,
+    SandboxLost,
+    StudentRaised,
+    SubmissionError,
+    _known_error,
+    error_cause,
+    first_line,
+    showing_student_text,
+)
 from grader.sandbox import Isolation, Limits, SandboxProcess, make_scratch, remove_scratch
 from grader.wire import protocol
 from grader.xla_cache import XlaCache
@@ -27,146 +37,6 @@ from grader.xla_cache import XlaCache
 log = logging.getLogger(__name__)
 
 NOTEBOOK_NAME = "submission.ipynb"
-
-
-@dataclass(frozen=True)
-class Location:
-    """Where in the notebook something happened (cell index from 0, line from 1)."""
-
-    cell: int | None
-    lineno: int | None
-    text: str = ""
-
-    def describe(self) -> str:
-        where = []
-        if self.cell is not None:
-            where.append(f"cell {self.cell + 1}")
-        if self.lineno is not None:
-            where.append(f"line {self.lineno}")
-        s = ", ".join(where)
-        if self.text:
-            s += f": `{self.text}`" if s else f"`{self.text}`"
-        return s
-
-
-class SubmissionError(Exception):
-    """A test could not get what it needed from the submission; the message is for the student."""
-
-    def __init__(self, message: str, hint: str = "") -> None:
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.message, self.hint))
-
-
-class MissingName(SubmissionError):
-    def __init__(self, name: str, hint: str = "") -> None:
-        super().__init__(
-            f"`{name}` is not defined in the notebook",
-            hint or f"Define `{name}` with exactly this name, and make sure its cell runs without an error.",
-        )
-        self.name = name
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.name, self.hint))
-
-
-#: Whether messages may carry what the sandbox chose (error text, unknown error class names,
-#: returned values).  Off while a hidden test runs (the grading plugin sets it): the student's
-#: kernel has seen that test's inputs and could put them there.
-STUDENT_TEXT_SHOWN: contextvars.ContextVar[bool] = contextvars.ContextVar("jaxgrade_student_text", default=True)
-
-
-@contextlib.contextmanager
-def showing_student_text(allowed: bool) -> Iterator[None]:
-    """Within the block, messages carry the sandbox's text and values only if ``allowed``."""
-    token = STUDENT_TEXT_SHOWN.set(allowed)
-    try:
-        yield
-    finally:
-        STUDENT_TEXT_SHOWN.reset(token)
-
-
-class StudentRaised(SubmissionError):
-    """The student's code raised; carries the JAX error class and the student's line.
-
-    In a hidden test (:data:`STUDENT_TEXT_SHOWN` off) ``evalue`` is empty and an error class the
-    grader does not know is shown as "an error": only ``says(text)`` still looks at the message,
-    to choose the grader's own words."""
-
-    def __init__(self, name: str, ename: str, evalue: str, location: Location | None, hint: str = "") -> None:
-        self._raw = evalue
-        if not STUDENT_TEXT_SHOWN.get():
-            ename = ename if _known_error(ename) else "an error"
-            evalue = ""
-        where = f" at {location.describe()}" if location and location.describe() else ""
-        cause = error_cause(evalue)
-        super().__init__(f"`{name}` raised {ename}{where}" + (f": {cause}" if cause else ""), hint)
-        self.name, self.ename, self.evalue, self.location = name, ename, evalue, location
-
-    def says(self, text: str) -> bool:
-        """Whether the error's own message contains ``text`` (to pick a hint, never to show)."""
-        return text in self._raw
-
-    def taught(self) -> str:
-        """The hint it carries, else the grader's hint for its error class and message."""
-        from grader.hints import hint_for
-
-        return self.hint or hint_for(self.ename, self._raw, self.location, name=self.name)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.name, self.ename, self._raw, self.location, self.hint))
-
-
-class CallTimedOut(SubmissionError):
-    pass
-
-
-class SandboxLost(SubmissionError):
-    pass
-
-
-class BadValue(SubmissionError):
-    """The sandbox sent something that is not acceptable data."""
-
-
-#: Lines of JAX's error messages that say nothing about the cause.
-_BOILERPLATE = (
-    "The stack trace below excludes JAX-internal frames",
-    "For simplicity, JAX has removed its internal frames",
-    "--------------------",
-    "See https://",
-    "see https://",
-    "For more information",
-    "To get the full stack trace",
-)
-
-
-def error_cause(text: str, limit: int = 500) -> str:
-    """The lines of an error message that carry its cause, joined: JAX's messages often end their
-    first line with a colon and give the cause on the next ones ("vmap got inconsistent sizes for
-    array axes to be mapped:" / "* one axis had size 7: axis 0 of argument xs ...")."""
-    out: list[str] = []
-    used = 0
-    for line in str(text).splitlines():
-        line = line.strip()
-        if not line or any(b in line for b in _BOILERPLATE):
-            continue
-        if used + len(line) > limit:
-            if not out:
-                out.append(line[:limit] + "…")
-            break
-        out.append(line)
-        used += len(line) + 1
-    return " ".join(out)
-
-
-def _first_line(text: str, limit: int = 400) -> str:
-    lines = [ln for ln in str(text).strip().splitlines() if ln.strip()]
-    first = lines[0] if lines else ""
-    return first[:limit] + ("…" if len(first) > limit else "")
 
 
 @dataclass
@@ -752,7 +622,7 @@ class Session:
         if not resp.get("ok"):
             err = resp.get("error") if isinstance(resp.get("error"), dict) else {}
             # the module came from the kernel: its name, platforms and so the error's text are the student's
-            said = f"{err.get('ename', '')}: {_first_line(str(err.get('evalue', '')))}"
+            said = f"{err.get('ename', '')}: {first_line(str(err.get('evalue', '')))}"
             self._student_text.append(said)
             raise SubmissionError(
                 f"the compiled `{name}` failed to run" + (f": {said}" if STUDENT_TEXT_SHOWN.get() else "")
@@ -770,31 +640,6 @@ class Session:
 
 
 #: Error classes whose names a hidden test's message may show (any other name is the student's text).
-_KNOWN_ERRORS = frozenset(
-    name
-    for name in dir(builtins)
-    if isinstance(getattr(builtins, name), type) and issubclass(getattr(builtins, name), BaseException)
-) | frozenset(
-    {
-        "TracerBoolConversionError",
-        "TracerIntegerConversionError",
-        "TracerArrayConversionError",
-        "ConcretizationTypeError",
-        "NonConcreteBooleanIndexError",
-        "UnexpectedTracerError",
-        "KeyReuseError",
-        "InconclusiveDimensionOperation",
-        "XlaRuntimeError",
-        "JaxRuntimeError",
-        "CellTimeoutError",
-    }
-)
-
-
-def _known_error(ename: str) -> bool:
-    return ename in _KNOWN_ERRORS
-
-
 def _shapes(args: tuple[Any, ...]) -> str:
     """``(7, 11) float32, (7, 3) float32``: what a failing call was given (no values)."""
     parts = []

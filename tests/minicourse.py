@@ -52,7 +52,7 @@ HIDDEN = '''
 # jaxgrade-secret-marker: the hidden tests
 import numpy as np
 import pytest
-from grader.checks import assert_close
+from grader.testing import assert_close
 
 @pytest.mark.points(2)
 @pytest.mark.category("numerics")

@@ -19,6 +19,7 @@ from grader.checks import (
     check_vectorized,
     quoting_actual_values,
 )
+from grader.hints import taught
 from grader.session import CallResult, ExportResult, Location, MissingName, StudentRaised, error_cause
 
 
@@ -410,5 +411,5 @@ def test_a_hidden_tests_student_raised_carries_none_of_the_sandboxs_text() -> No
         known = StudentRaised("f", "ValueError", evalue, Location(1, 2, "return g(x)"))
     assert err.message == "`f` raised an error at cell 2, line 2: `return g(x)`" and err.evalue == ""
     assert known.message == "`f` raised ValueError at cell 2, line 2: `return g(x)`"
-    assert known.says("inconsistent sizes") and "in_axes" in known.taught()
+    assert known.says("inconsistent sizes") and "in_axes" in taught(known)
     assert "0.123" in StudentRaised("f", "ValueError", evalue, None).message  # public tests keep it

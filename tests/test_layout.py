@@ -202,3 +202,29 @@ def test_a_sandbox_cannot_import_trusted_modules(course: Path, tmp_path: Path) -
     # scores full marks, so the 0 above is the boundary and not a broken notebook
     rec = grade_notebook(a, probe, isolation="process")
     assert (rec.status, rec.score) == ("graded", 4), rec
+
+
+def test_course_test_files_import_the_grader_only_through_grader_testing() -> None:
+    """What a course author needs is in one module; the trusted internals can move freely."""
+    import grader.testing
+
+    root = Path(__file__).resolve().parents[1]
+    files = sorted([*root.glob("assignments/*/tests/*.py"), *root.glob("reference/*/tests/*.py")])
+    assert files
+    for f in files:
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "grader":
+                assert node.module == "grader.testing", f"{f}:{node.lineno} imports {node.module}"
+                assert {a.name for a in node.names} <= set(grader.testing.__all__), f"{f}:{node.lineno}"
+            if isinstance(node, ast.Import):
+                assert not any(a.name.split(".")[0] == "grader" for a in node.names), f"{f}:{node.lineno}"
+
+
+def test_the_old_homes_of_the_course_api_still_work() -> None:
+    from grader.checks import CheckFailure, assert_close  # noqa: F401
+    from grader.protocol import PRNGKeyData  # noqa: F401
+    from grader.session import StudentRaised, SubmissionError, error_cause  # noqa: F401
+    from grader.testing import CheckFailure as C
+    from grader.testing import StudentRaised as S
+
+    assert C is CheckFailure and S is StudentRaised

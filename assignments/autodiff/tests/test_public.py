@@ -9,7 +9,7 @@ the gradient functions work under jax.jit.
 import numpy as np
 import pytest
 
-from grader.checks import CheckFailure, assert_close, check_jit
+from grader.testing import CheckFailure, assert_close, check_jit
 
 X = np.array([1.0, -2.0, 3.5, 0.5, 4.0, -1.5, 2.5, -3.0], dtype=np.float32)
 Y = np.array([-2.0, 1.5, 0.5, 3.0, -4.0, 2.5, -0.5, 1.0], dtype=np.float32)

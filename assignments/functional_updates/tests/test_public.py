@@ -11,8 +11,7 @@ import contextlib
 import numpy as np
 import pytest
 
-from grader.checks import CheckFailure, assert_close, check_jit, check_pure
-from grader.session import StudentRaised
+from grader.testing import CheckFailure, StudentRaised, assert_close, check_jit, check_pure
 
 X = np.array([1.5, -2.0, 0.0, 4.0, -0.5], dtype=np.float32)
 

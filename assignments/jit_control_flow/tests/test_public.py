@@ -8,7 +8,7 @@ once, compile only when they must, and work under jax.jit with traced arguments.
 import numpy as np
 import pytest
 
-from grader.checks import assert_close, check_is_jitted, check_jit
+from grader.testing import assert_close, check_is_jitted, check_jit
 
 X = np.array([-2.0, -0.5, 0.0, 0.5, 3.0], dtype=np.float32)
 

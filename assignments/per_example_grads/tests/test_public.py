@@ -9,7 +9,7 @@ the batch and work under jax.jit.
 import numpy as np
 import pytest
 
-from grader.checks import assert_close, check_is_jitted, check_vectorized
+from grader.testing import assert_close, check_is_jitted, check_vectorized
 
 PARAMS = np.array([0.5, -1.0, 2.0], dtype=np.float32)  # P = 3
 XS = np.array([[1.0, 2.0, 0.0], [0.0, -1.0, 1.0]], dtype=np.float32)  # B = 2 examples

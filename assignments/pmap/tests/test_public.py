@@ -9,7 +9,7 @@ code: one program per device (jax.pmap), and for global_mean a collective (lax.p
 import numpy as np
 import pytest
 
-from grader.checks import CheckFailure, assert_close, check_parallel
+from grader.testing import CheckFailure, assert_close, check_parallel
 
 D = 4  # devices, and rows: one row per device
 XS = np.array(

@@ -12,8 +12,7 @@ of `jax.random.key(seed)` is `[0, seed]`.
 import numpy as np
 import pytest
 
-from grader.checks import CheckFailure, assert_close, check_jit
-from grader.protocol import PRNGKeyData
+from grader.testing import CheckFailure, PRNGKeyData, assert_close, check_jit
 
 
 def typed_key(seed: int) -> PRNGKeyData:

@@ -13,8 +13,7 @@ import jax
 import numpy as np
 import pytest
 
-from grader.checks import CheckFailure, assert_close
-from grader.session import StudentRaised
+from grader.testing import CheckFailure, StudentRaised, assert_close
 
 W = np.array([[1.0, -2.0], [0.5, 3.0]], dtype=np.float32)
 B = np.array([0.25, -1.0], dtype=np.float32)

@@ -8,7 +8,7 @@ work under jax.jit and that batched_td_update is vectorized over the batch.
 import numpy as np
 import pytest
 
-from grader.checks import CheckFailure, assert_close, check_jit, check_vectorized
+from grader.testing import CheckFailure, assert_close, check_jit, check_vectorized
 
 # The tutorial's transition: theta, s_tm1, r_t, s_t.
 THETA = np.array([0.1, -0.1, 0.0], dtype=np.float32)

@@ -7,7 +7,7 @@ and also check vectorization, jit compatibility and purity.
 import numpy as np
 import pytest
 
-from grader.checks import assert_close, check_is_jitted, check_vectorized
+from grader.testing import assert_close, check_is_jitted, check_vectorized
 
 XS = np.array([[0.0, 1.0, 2.0, 3.0, 4.0], [1.0, -1.0, 2.0, -2.0, 3.0]], dtype=np.float32)  # (B=2, N=5)
 WS = np.array([[2.0, 3.0, 4.0], [1.0, 0.0, -1.0]], dtype=np.float32)  # (B=2, 3)

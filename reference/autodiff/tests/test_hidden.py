@@ -26,7 +26,7 @@ Points: numerics 18, jit 6 (24; with the public tests' 6, 30).
 import numpy as np
 import pytest
 
-from grader.checks import CheckFailure, assert_close, check_jit
+from grader.testing import CheckFailure, assert_close, check_jit
 
 GRAD_FUNCTIONS = ["grad_sse_wrt_x", "grad_sse_wrt_both", "sse_value_and_grad", "sse_with_aux_grad"]
 # the fit runs hundreds of float32 steps: a little looser than the default

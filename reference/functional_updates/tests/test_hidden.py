@@ -32,8 +32,7 @@ import contextlib
 import numpy as np
 import pytest
 
-from grader.checks import CheckFailure, assert_close, check_jit, check_pure
-from grader.session import StudentRaised
+from grader.testing import CheckFailure, StudentRaised, assert_close, check_jit, check_pure
 
 FUNCTIONS = ["set_first", "increment_at", "clamp_negatives"]
 

@@ -16,7 +16,7 @@ recompiles 2, compile counts 2 + 1.
 import numpy as np
 import pytest
 
-from grader.checks import (
+from grader.testing import (
     assert_close,
     check_compile_count,
     check_is_jitted,

@@ -9,8 +9,7 @@ Points: numerics 9, vectorization 5, jit 4 (18; with the public tests' 4, 22).
 import numpy as np
 import pytest
 
-from grader.checks import CheckFailure, assert_close, check_is_jitted, check_jit, check_vectorized
-from grader.session import StudentRaised
+from grader.testing import CheckFailure, StudentRaised, assert_close, check_is_jitted, check_jit, check_vectorized
 
 # (B, P): batch size and number of parameters
 NUMERIC_SHAPES = [(1, 5), (2, 3), (7, 5), (64, 17), (4, 1)]

@@ -30,9 +30,7 @@ Points: numerics 7, parallelism 4, jit 2 (13; with the public tests' 4, 17).
 import numpy as np
 import pytest
 
-from grader.checks import CheckFailure, assert_close, check_parallel
-from grader.hints import hint_for
-from grader.session import StudentRaised
+from grader.testing import CheckFailure, StudentRaised, assert_close, check_parallel, hint_for
 
 D = 4  # devices, and rows: one row per device
 # the mean of many float32 values, combined across devices in whatever order: a little looser

@@ -40,9 +40,7 @@ import math
 import numpy as np
 import pytest
 
-from grader.checks import CheckFailure, assert_close, check_jit, check_pure, quoted
-from grader.protocol import PRNGKeyData
-from grader.session import StudentRaised
+from grader.testing import CheckFailure, PRNGKeyData, StudentRaised, assert_close, check_jit, check_pure, quoted
 
 FUNCTIONS = ["init_mlp_params", "sample_noise", "dropout"]
 IMPL = "threefry2x32"

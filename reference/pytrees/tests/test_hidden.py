@@ -51,9 +51,7 @@ import jax
 import numpy as np
 import pytest
 
-from grader.checks import CheckFailure, assert_close, quoted
-from grader.hints import hint_for
-from grader.session import StudentRaised, error_cause
+from grader.testing import CheckFailure, StudentRaised, assert_close, error_cause, hint_for, quoted
 
 # --------------------------------------------------------------------------- hidden trees
 

@@ -21,9 +21,15 @@ sequential), judged from the module.
 import numpy as np
 import pytest
 
-from grader.checks import CheckFailure, assert_close, check_jit, check_vectorized
-from grader.hints import hint_for
-from grader.session import StudentRaised, SubmissionError
+from grader.testing import (
+    CheckFailure,
+    StudentRaised,
+    SubmissionError,
+    assert_close,
+    check_jit,
+    check_vectorized,
+    hint_for,
+)
 
 FUNCTIONS = ["td_loss_with_stop_gradient", "td_update", "batched_td_update"]
 # gradients come from a difference of two dot products: allow a few float32 roundings more

@@ -7,7 +7,7 @@ Points: numerics 15, vectorization 9, jit 6, purity 3 (33; with the public tests
 import numpy as np
 import pytest
 
-from grader.checks import assert_close, check_is_jitted, check_jit, check_no_vmap, check_pure, check_vectorized
+from grader.testing import assert_close, check_is_jitted, check_jit, check_no_vmap, check_pure, check_vectorized
 
 FUNCTIONS = [
     "batched_convolve",
