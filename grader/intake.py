@@ -58,11 +58,9 @@ raises :class:`IntakeError`.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import stat
-import tempfile
 import zipfile
 from collections import Counter, defaultdict
 from contextlib import ExitStack
@@ -73,8 +71,7 @@ from typing import Any
 
 import yaml
 
-from grader.notebook import sha256_file
-from grader.output import safe_name
+from grader.output import atomic_target, safe_name
 
 MiB = 1 << 20
 
@@ -352,14 +349,12 @@ def _scan_zip(archive: _Archive, limits: ArchiveLimits, skipped: list[tuple[str,
             skipped.append((display, junk))
             continue
         tops.add(parts[0] if len(parts) > 1 else "")
-        if parts[-1] == _GRADESCOPE_META:
+        kind = _file_kind(parts)
+        if kind == _META:
             found_metas.append((tuple(parts[:-1]), (info, display)))
             continue
-        if _moodle_plugin(parts) == "onlinetext":
-            skipped.append((display, ONLINETEXT))
-            continue
-        if not _is_notebook_name(parts[-1]):
-            skipped.append((display, NESTED if parts[-1].lower().endswith(_ARCHIVE_SUFFIXES) else NOT_NOTEBOOK))
+        if kind != _NOTEBOOK:
+            skipped.append((display, kind))
             continue
         if info.flag_bits & 0x1:
             skipped.append((display, ENCRYPTED))
@@ -406,6 +401,21 @@ def _scan_zip(archive: _Archive, limits: ArchiveLimits, skipped: list[tuple[str,
     return out
 
 
+_META, _NOTEBOOK = "metadata", "notebook"
+
+
+def _file_kind(parts: list[str]) -> str:
+    """What one (non-junk) file of an archive or folder is, by its path: Gradescope's metadata,
+    a notebook, or the reason it is set aside.  The same rules for zips and folders."""
+    if parts[-1] == _GRADESCOPE_META:
+        return _META
+    if _moodle_plugin(parts) == "onlinetext":
+        return ONLINETEXT
+    if not _is_notebook_name(parts[-1]):
+        return NESTED if parts[-1].lower().endswith(_ARCHIVE_SUFFIXES) else NOT_NOTEBOOK
+    return _NOTEBOOK
+
+
 def _too_big(limits: ArchiveLimits) -> str:
     return f"notebook larger than the {limits.max_notebook_bytes / MiB:g} MiB limit"
 
@@ -436,51 +446,36 @@ def _extract(cand: _Cand, dest: Path, limits: ArchiveLimits, budget: _Budget) ->
     """Stream one entry to ``dest`` atomically, checking the real size and ratio as it goes."""
     assert cand.archive is not None and cand.info is not None
     info = cand.info
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
-    digest = hashlib.sha256()
     n = 0
-    try:
-        with os.fdopen(fd, "wb") as out:
-            try:
-                src = cand.archive.zf.open(info)
-            except (zipfile.BadZipFile, EOFError, OSError, RuntimeError, NotImplementedError, ValueError) as exc:
-                raise _Refused(f"corrupt entry ({exc})") from None
-            with src:
-                while True:
-                    try:
-                        chunk = src.read(1 << 16)
-                    except (zipfile.BadZipFile, EOFError, OSError, RuntimeError, ValueError) as exc:
-                        raise _Refused(f"corrupt entry ({exc})") from None
-                    except Exception as exc:  # zlib.error, lzma.LZMAError
-                        raise _Refused(f"corrupt entry ({type(exc).__name__}: {exc})") from None
-                    if not chunk:
-                        break
-                    n += len(chunk)
-                    if n > limits.max_notebook_bytes:
-                        raise _Refused(_too_big(limits))
-                    if n > limits.ratio_floor_bytes and n / max(info.compress_size, 1) > limits.max_ratio:
-                        raise _Refused(_ratio(limits))
-                    budget.used += len(chunk)
-                    if budget.used > budget.limit:
-                        raise IntakeError(
-                            f"{cand.archive.path}: its notebooks expand to more than "
-                            f"{budget.limit / MiB:.0f} MiB. Check the download, or extract it and pass the folder."
-                        )
-                    digest.update(chunk)
-                    out.write(chunk)
+    with atomic_target(dest, keep_if_same=True) as tmp, open(tmp, "wb") as out:
+        try:
+            src = cand.archive.zf.open(info)
+        except (zipfile.BadZipFile, EOFError, OSError, RuntimeError, NotImplementedError, ValueError) as exc:
+            raise _Refused(f"corrupt entry ({exc})") from None
+        with src:
+            while True:
+                try:
+                    chunk = src.read(1 << 16)
+                except (zipfile.BadZipFile, EOFError, OSError, RuntimeError, ValueError) as exc:
+                    raise _Refused(f"corrupt entry ({exc})") from None
+                except Exception as exc:  # zlib.error, lzma.LZMAError
+                    raise _Refused(f"corrupt entry ({type(exc).__name__}: {exc})") from None
+                if not chunk:
+                    break
+                n += len(chunk)
+                if n > limits.max_notebook_bytes:
+                    raise _Refused(_too_big(limits))
+                if n > limits.ratio_floor_bytes and n / max(info.compress_size, 1) > limits.max_ratio:
+                    raise _Refused(_ratio(limits))
+                budget.used += len(chunk)
+                if budget.used > budget.limit:
+                    raise IntakeError(
+                        f"{cand.archive.path}: its notebooks expand to more than "
+                        f"{budget.limit / MiB:.0f} MiB. Check the download, or extract it and pass the folder."
+                    )
+                out.write(chunk)
         if n != info.file_size:
             raise _Refused(f"corrupt entry ({n} bytes where the header says {info.file_size})")
-        if dest.is_file() and not dest.is_symlink() and sha256_file(dest) == digest.hexdigest():
-            os.unlink(tmp)  # already there, byte for byte: keep it (and its mtime) as it is
-        else:
-            os.replace(tmp, dest)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 # --------------------------------------------------------------------------- folders
@@ -520,14 +515,12 @@ def _scan_dir(root: Path, staging: Path, skipped: list[tuple[str, str]], seen: s
             if p.is_symlink():
                 skipped.append((str(p), SYMLINK))
                 continue
-            if f == _GRADESCOPE_META:
+            kind = _file_kind(parts)
+            if kind == _META:
                 found_metas.append((tuple(parts[:-1]), p))
                 continue
-            if _moodle_plugin(parts) == "onlinetext":
-                skipped.append((str(p), ONLINETEXT))
-                continue
-            if not _is_notebook_name(f):
-                skipped.append((str(p), NESTED if f.lower().endswith(_ARCHIVE_SUFFIXES) else NOT_NOTEBOOK))
+            if kind != _NOTEBOOK:
+                skipped.append((str(p), kind))
                 continue
             notebooks.append((p, parts))
     for folder, p in found_metas:
