@@ -38,15 +38,22 @@ import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from grader import __version__
+from grader.batch import stamp
 from grader.config import COURSE_FILE, ConfigError, load_course
+from grader.exports import gradescope_results
+from grader.grading import grade_many
 from grader.intake import parse_time
+from grader.late import apply_late
+from grader.notebook import NotebookError, load_notebook
 from grader.output import atomic_target, write_atomic
+from grader.sandbox import choose_isolation, isolation_warning, resource_warning
 
 if TYPE_CHECKING:
     from grader.config import Assignment, Course
@@ -156,8 +163,6 @@ def _package_files() -> list[tuple[str, bytes]]:
 
 def _generated_pyproject() -> str:
     """A pyproject.toml for an installed (non-editable) jaxgrade, from its metadata."""
-    from importlib import metadata
-
     try:
         requires = [r for r in metadata.requires("jaxgrade") or [] if "extra ==" not in r]
     except metadata.PackageNotFoundError:
@@ -219,8 +224,6 @@ def find_notebook(submission: Path, starter_name: str, assignment: str) -> Path:
     Rule: checkpoints, ``__MACOSX`` copies, hidden files and links are ignored. One notebook:
     that one. Several: the one named like the starter notebook (``starter_name``, any case);
     else the one whose jaxgrade metadata names ``assignment``; else :class:`NoSubmission`."""
-    from grader.notebook import NotebookError, load_notebook
-
     found = sorted(
         p
         for p in submission.rglob("*.ipynb")
@@ -341,8 +344,6 @@ def run(
     (see :data:`LateHook`); by default :func:`course_late_policy`. Returns 0 when a results.json was written (whatever the
     submission earned, including score 0 for a missing notebook or a grader failure), 1 when not
     even that was possible."""
-    from grader.exports import gradescope_results
-
     root = Path(root)
     try:
         course = load_course(root / "source")
@@ -380,21 +381,13 @@ def run(
 def course_late_policy(rec: Record, assignment: Assignment, info: SubmissionInfo) -> None:
     """The default late hook: grading.yaml's late policy, against grading.yaml's due date when it
     has one, else Gradescope's (``assignment.due_date`` in the submission metadata)."""
-    from grader.late import apply_late
-
     apply_late(rec, assignment.late_policy, assignment.due or info.due, submitted_at=info.submitted_at)
 
 
 def _grade(assignment: Assignment, notebook: Path, info: SubmissionInfo, isolation: str) -> Record:
-    from grader.batch import stamp
-    from grader.grading import grade_many
-    from grader.sandbox import choose_isolation, isolation_warning
-
     warning = isolation_warning(choose_isolation(isolation))
     if warning:
         print(f"jaxgrade autograder: {warning}", flush=True)
-    from grader.sandbox import resource_warning
-
     for line in (resource_warning() or "").splitlines():
         print(f"jaxgrade autograder: {line}", flush=True)
     rec = grade_many(assignment, [notebook], jobs=1, students={notebook: info.student}, isolation=isolation)[notebook]

@@ -33,9 +33,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from grader.exports import ExportMeta, plain_csv
+from grader.feedback import write_feedback, write_report
 from grader.gradebook import AssignmentInfo, Gradebook
+from grader.grading import collect_points, grade_many
 from grader.late import apply_late
 from grader.notebook import sha256_file
+from grader.output import write_atomic, write_record
 from grader.record import Record, cap_record
 
 if TYPE_CHECKING:
@@ -163,8 +167,6 @@ class Batch:
         return self._gb
 
     def __enter__(self) -> Batch:
-        from grader.grading import collect_points
-
         a = self.assignment
         self._gb = Gradebook(self.out_dir / "gradebook.db")
         entry = a.course.assignments[a.name]
@@ -198,10 +200,6 @@ class Batch:
         ]
 
     def run(self, todo: list[Incoming], *, jobs: int = 1, on_record: Callable[[Record], None] | None = None) -> None:
-        from grader.feedback import write_feedback
-        from grader.grading import grade_many
-        from grader.output import write_record
-
         if not todo:
             return
         self.check_space(len(todo))
@@ -278,10 +276,6 @@ class Batch:
 
     def finish(self, incoming: list[Incoming] | None = None) -> list[Record]:
         """Write grades.csv, the feedback pages and report.html from the gradebook; return its records."""
-        from grader.exports import ExportMeta, plain_csv
-        from grader.feedback import write_feedback, write_report
-        from grader.output import write_atomic
-
         a = self.assignment
         records = self.gradebook.records(a.name)
         info = self.gradebook.assignment(a.name)

@@ -15,14 +15,23 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from grader import __version__
-from grader.config import Assignment, ConfigError, find_course_root, load_course
-from grader.record import Record
-from grader.sandbox import SandboxSetupError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
 
+from grader import __version__, exports
+from grader.config import Assignment, ConfigError, find_course_root, load_course
+from grader.gradebook import Gradebook, GradebookError
+from grader.intake import IntakeError, IntakeReport, collect
+from grader.notebook import NotebookError, load_notebook
+from grader.output import write_atomic
+from grader.record import Record
+from grader.sandbox import SandboxSetupError, choose_isolation, isolation_warning, resource_warning
+
+# Commands that grade import the grading machinery (pytest, the checks) when they run, so that
+# `jaxgrade --help`, `list` and `export` start in a fraction of the time.
 if TYPE_CHECKING:
     from grader.batch import Batch
-    from grader.intake import IntakeReport
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -92,7 +101,6 @@ def _render_check(rec: Record, out: TextIO) -> None:
 
 def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from grader.grading import grade_many
-    from grader.notebook import NotebookError, load_notebook
 
     path = Path(args.notebook)
     if not path.is_file():
@@ -125,7 +133,6 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_grade(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from grader.intake import IntakeError, collect
 
     assignment = _assignment(args, args.assignment)
     out_dir = Path(args.out)
@@ -193,8 +200,6 @@ class _Progress:
     """A progress bar with counts and ETA on a terminal; plain lines otherwise."""
 
     def __init__(self, total: int, err: TextIO) -> None:
-        from rich.console import Console
-
         self.total, self.err = total, err
         self.done = self.errors = self.timeouts = self.lost = 0
         self.t0 = time.monotonic()
@@ -204,15 +209,6 @@ class _Progress:
 
     def __enter__(self) -> _Progress:
         if self.total and self.console.is_terminal:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
-
             self.bar = Progress(
                 TextColumn("grading"),
                 BarColumn(),
@@ -259,9 +255,6 @@ def _duration(seconds: float) -> str:
 
 
 def _summary(records: list[Record], elapsed: float, graded_now: int, out_dir: Path, err: TextIO) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     console = Console(file=err, highlight=False)
     table = Table(title=f"{len(records)} student(s) in {out_dir / 'gradebook.db'}")
     for col in ("status", "students", "mean score", "min", "max"):
@@ -291,10 +284,6 @@ EXPORT_FILES = {"canvas": "canvas-{name}.csv", "moodle": "moodle-{name}.csv", "c
 
 
 def cmd_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from grader import exports
-    from grader.gradebook import Gradebook, GradebookError
-    from grader.output import write_atomic
-
     src = Path(args.source)
     db = src / "gradebook.db"
     if not db.is_file():
@@ -391,16 +380,12 @@ def cmd_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _warn_isolation(requested: str, err: TextIO) -> None:
-    from grader.sandbox import choose_isolation, isolation_warning
-
     try:
         warning = isolation_warning(choose_isolation(requested))
     except RuntimeError as exc:
         raise CliError(str(exc), "Install bubblewrap (apt-get install bubblewrap) or use --isolation auto.") from None
     if warning:
         print(warning, file=err)
-    from grader.sandbox import resource_warning
-
     limits = resource_warning()
     if limits:
         print(limits, file=err)

@@ -8,20 +8,30 @@ Student failures become data in the record; only a bug in the grader raises.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib.util
 import logging
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grader import __version__, xla_cache
-from grader.notebook import NotebookError, load_notebook
+import nbformat
+import pytest
+
+from grader import __version__, checks, xla_cache
+from grader.cgroups import protect_trusted
+from grader.config import ConfigError, load_course
+from grader.errors import SubmissionError
+from grader.notebook import NotebookError, load_notebook, notebook_from_script, sha256_file
+from grader.plugin import GradingPlugin
 from grader.pool import Lost, TrustedPool
-from grader.record import Record, cap_record, total
-from grader.sandbox import choose_isolation
+from grader.record import CATEGORIES, Record, cap_record, total
+from grader.sandbox import choose_isolation, sandbox_env
+from grader.session import Session
 from grader.submission import Submission
 from grader.xla_cache import XlaCache
 
@@ -56,11 +66,6 @@ def run_tests(
     seed: int | None = None,
 ) -> tuple[list[Any], list[str]]:
     """Run the public (and hidden) tests against a submission proxy; return (results, staff errors)."""
-    import pytest
-
-    from grader import checks
-    from grader.plugin import GradingPlugin
-
     visibility = {assignment.public_tests: "visible"}
     paths = [assignment.public_tests]
     if not public_only:
@@ -121,8 +126,6 @@ def grade_notebook(
 ) -> Record:
     """Grade one notebook; never raises for anything the student did.  ``xla_cache`` is the
     trusted compilation cache its sandboxes read (see :func:`trusted_cache`)."""
-    from grader.session import Session
-
     path = Path(path)
     _check_trusted_devices(assignment)
     t0 = time.monotonic()
@@ -140,8 +143,6 @@ def grade_notebook(
         nb = load_notebook(path)
     except NotebookError as exc:
         rec.status, rec.message = "error", str(exc)
-        from grader.notebook import sha256_file
-
         try:
             rec.submission_sha256 = sha256_file(path)
         except OSError:
@@ -237,8 +238,6 @@ def _check_trusted_devices(assignment: Assignment) -> None:
 
 
 def _missing(sub: Any, names: Iterable[str]) -> list[str]:
-    from grader.session import SubmissionError
-
     try:
         return [n for n in names if not sub.probe(n).get("exists")]
     except SubmissionError:
@@ -255,8 +254,6 @@ def _join(a: str, b: str) -> str:
 def _grade_in_worker(
     root: str, name: str, path: str, student: str | None, isolation: str, public_only: bool, cache: str | None
 ) -> dict[str, Any]:
-    from grader.config import load_course
-
     logging.basicConfig(level=logging.WARNING)
     assignment = load_course(Path(root)).assignment(name, staff=not public_only)
     rec = grade_notebook(
@@ -280,15 +277,11 @@ def _task(*args: Any) -> Any:
 
 
 def _warm_in_worker(root: str, name: str, isolation: str, final: str) -> int:
-    from grader.config import load_course
-
     logging.basicConfig(level=logging.WARNING)
     return warm_cache(load_course(Path(root)).assignment(name, staff=True), isolation, Path(final))
 
 
 def _sandbox_xla_env(assignment: Assignment) -> dict[str, str]:
-    from grader.sandbox import sandbox_env
-
     return {**sandbox_env("bwrap", "/sandbox"), **_env_for(assignment)}
 
 
@@ -317,10 +310,6 @@ def warm_cache(assignment: Assignment, isolation: str, final: Path) -> int:
     The only code in that sandbox is the reference and the tests: trusted, so what it writes may
     be read by every submission.  Returns the entries published (0 when warming failed: grading
     then goes on without the cache, only slower)."""
-    import nbformat
-
-    from grader.notebook import notebook_from_script
-
     staged = xla_cache.staging()
     try:
         nb_path = staged.parent / "reference.ipynb"
@@ -359,8 +348,6 @@ def grade_many(
 
     With ``cache`` (and bubblewrap), the sandboxes read the assignment's trusted compilation
     cache, which is warmed first by grading the reference once if it is not there yet."""
-    from grader.cgroups import protect_trusted
-
     protect_trusted()
     students = students or {}
     out: dict[Path, Record] = {}
@@ -410,8 +397,6 @@ def grade_many(
 
 def _lost_record(assignment: Assignment, path: Path, student: str | None, lost: Lost) -> Record:
     """The record of a submission whose trusted grading process died every time it was tried."""
-    from grader.notebook import sha256_file
-
     try:
         digest = sha256_file(path)
     except OSError:
@@ -434,15 +419,9 @@ def _lost_record(assignment: Assignment, path: Path, student: str | None, lost: 
 def _init_worker(devices: int, parent: int) -> None:
     """A trusted worker: the parent's device count, and death with the parent (even when the
     parent is SIGKILLed, so that no grading goes on, unseen, after ``jaxgrade grade`` is gone)."""
-    import signal
-
     _set_trusted_devices(devices)
-    from grader.cgroups import protect_trusted
-
     protect_trusted()  # the OOM killer must pick a sandbox, never a trusted worker (a lost batch)
     if sys.platform.startswith("linux"):
-        import ctypes
-
         pr_set_pdeathsig = 1
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
@@ -453,10 +432,6 @@ def _init_worker(devices: int, parent: int) -> None:
 
 def collect_points(assignment: Assignment, *, hidden: bool = True) -> dict[str, float]:
     """Points per category, from the tests' markers (nothing is run)."""
-    import pytest
-
-    from grader.plugin import GradingPlugin
-
     plugin = GradingPlugin(submission=None, reference=None, seed=0, visibility_of={})
     paths = [assignment.public_tests] + ([assignment.hidden_tests] if hidden else [])
     with _fresh_test_modules(paths):
@@ -477,12 +452,8 @@ def collect_points(assignment: Assignment, *, hidden: bool = True) -> dict[str, 
             plugins=[plugin],
         )
     if plugin.errors:
-        from grader.config import ConfigError
-
         raise ConfigError("; ".join(plugin.errors))
     points: dict[str, float] = {}
     for meta in plugin.collected:
         points[meta.category] = round(points.get(meta.category, 0.0) + meta.points, 6)
-    from grader.record import CATEGORIES
-
     return {c: points[c] for c in CATEGORIES if c in points}
