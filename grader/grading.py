@@ -125,7 +125,7 @@ def grade_notebook(
     xla_cache: XlaCache | None = None,
 ) -> Record:
     """Grade one notebook; never raises for anything the student did.  ``xla_cache`` is the
-    trusted compilation cache its sandboxes read (see :func:`trusted_cache`)."""
+    trusted compilation cache its sandboxes read (see :func:`warm_cache`)."""
     path = Path(path)
     _check_trusted_devices(assignment)
     t0 = time.monotonic()
