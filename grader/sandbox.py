@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from grader import cgroups
-from grader.wire import protocol
+from grader.wire import messages, protocol
 from grader.xla_cache import MOUNT as XLA_MOUNT
 from grader.xla_cache import XlaCache
 
@@ -66,11 +66,11 @@ class Limits:
     max_file_bytes: int = 64 * MiB  # RLIMIT_FSIZE
     cpu_seconds: int = 1200  # RLIMIT_CPU, summed over threads
     max_open_files: int = 1024
-    cell_timeout: float = 60.0
-    call_timeout: float = 120.0  # a jitted, unrolled Python loop can take a while to compile
+    cell_timeout: float = messages.CELL_TIMEOUT
+    call_timeout: float = messages.CALL_TIMEOUT  # a jitted, unrolled Python loop can take a while to compile
     wall_timeout: float = 900.0  # whole submission, notebook and tests
-    output_cap: int = 20_000  # characters of printed output kept per cell
-    max_restarts: int = 3
+    output_cap: int = messages.OUTPUT_CAP  # characters of printed output kept per cell
+    max_restarts: int = messages.MAX_RESTARTS
     # the whole sandbox (every process of the worker's or the evaluator's tree), by its cgroup
     memory_total_bytes: int = 4 * GiB
     pids_total: int = 512  # tasks: threads count, as for max_processes

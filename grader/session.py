@@ -1,7 +1,7 @@
 """The trusted side's handle on one submission: its sandboxed worker and its evaluator.
 
 Everything that comes back from the sandbox goes through :func:`grader.wire.protocol.unpack_values`
-and is treated as data.  Failures attributable to the submission surface as
+(values) and :mod:`grader.wire.messages` (typed messages) and is treated as data.  Failures attributable to the submission surface as
 :class:`SubmissionError` subclasses carrying a message and a hint for the student.
 """
 
@@ -31,7 +31,7 @@ from grader.errors import (  # noqa: F401 - re-exported: course test files impor
     showing_student_text,
 )
 from grader.sandbox import Isolation, Limits, SandboxProcess, make_scratch, remove_scratch
-from grader.wire import protocol
+from grader.wire import messages, protocol
 from grader.xla_cache import XlaCache
 
 log = logging.getLogger(__name__)
@@ -107,34 +107,26 @@ class ExportResult:
     module: bytes
 
 
-def _location(raw: Any, exec_map: dict[int, int] | None = None) -> Location | None:
-    if not isinstance(raw, dict):
+def _location(where: messages.Where | None, exec_map: dict[int, int] | None = None) -> Location | None:
+    if where is None:
         return None
-    cell = raw.get("cell")
-    if cell is None and exec_map is not None and isinstance(raw.get("exec_count"), int):
-        cell = exec_map.get(raw["exec_count"])
-    lineno = raw.get("lineno")
-    return Location(
-        cell if isinstance(cell, int) else None,
-        lineno if isinstance(lineno, int) else None,
-        str(raw.get("text", ""))[:300],
-    )
+    cell = where.cell
+    if cell is None and exec_map is not None and where.exec_count is not None:
+        cell = exec_map.get(where.exec_count)
+    return Location(cell, where.lineno, where.text[:300])
 
 
-def _cell_from(raw: Any) -> CellRecord:
-    if not isinstance(raw, dict) or not isinstance(raw.get("index"), int):
-        raise protocol.ProtocolError("bad cell record")
-    loc = raw.get("location")
+def _cell_from(report: messages.CellReport) -> CellRecord:
     return CellRecord(
-        index=raw["index"],
-        status=str(raw.get("status", "error"))[:20],
-        ename=str(raw.get("ename", ""))[:200],
-        evalue=str(raw.get("evalue", ""))[:2000],
-        location=_location(loc) if loc else None,
-        message=str(raw.get("message", ""))[:1000],
-        duration=float(raw["duration"]) if isinstance(raw.get("duration"), (int, float)) else None,
-        output=str(raw.get("output", ""))[:20000],
-        strays=raw["strays"] if type(raw.get("strays")) is int else 0,
+        index=report.index,
+        status=report.status[:20],
+        ename=report.ename[:200],
+        evalue=report.evalue[:2000],
+        location=_location(report.location),
+        message=report.message[:1000],
+        duration=report.duration,
+        output=report.output[:20000],
+        strays=report.strays,
     )
 
 
@@ -196,14 +188,12 @@ class Session:
         )
         self._spawned.append(self.worker)
         self.worker.start()
-        self.worker.send(
-            {
-                "op": "start",
-                "cell_timeout": self.limits.cell_timeout,
-                "output_cap": self.limits.output_cap,
-                "max_restarts": self.limits.max_restarts,
-            }
+        start = messages.Start(
+            cell_timeout=float(self.limits.cell_timeout),
+            output_cap=int(self.limits.output_cap),
+            max_restarts=int(self.limits.max_restarts),
         )
+        self.worker.send(start.encode())
 
     def execute(self) -> ExecutionReport:
         """Wait for the kernel, execute every cell, and return what happened.
@@ -220,22 +210,26 @@ class Session:
         try:
             while True:
                 t_ready = time.monotonic()
-                ready, _ = self.worker.recv(self._remaining(180.0))
-                if not ready.get("ok"):
-                    self.report = ExecutionReport(False, message=str(ready.get("error", "kernel failed"))[:2000])
+                header, _ = self.worker.recv(self._remaining(180.0))
+                ready = messages.decode_progress(header, messages.Ready)
+                assert isinstance(ready, messages.Ready)
+                if not ready.ok:
+                    self.report = ExecutionReport(False, message=(ready.error or "kernel failed")[:2000])
                     return self.report
                 startup += time.monotonic() - t_ready
-                self.worker.send({"op": "execute", "notebook": NOTEBOOK_NAME, "skip": skip})
+                self.worker.send(messages.Execute(NOTEBOOK_NAME, tuple(skip)).encode())
                 current: int | None = None
                 try:
                     while True:
-                        msg, _ = self.worker.recv(self._remaining(self.limits.wall_timeout))
-                        if msg.get("op") != "cell":
+                        header, _ = self.worker.recv(self._remaining(self.limits.wall_timeout))
+                        msg = messages.decode_progress(header, messages.CellStarted, messages.Executed)
+                        if not isinstance(msg, messages.CellStarted):
+                            assert isinstance(msg, messages.Executed)
                             done = msg
                             break
-                        current = msg.get("index") if type(msg.get("index")) is int else None
-                except protocol.ChannelTimeout:
-                    raise
+                        current = msg.index
+                except (protocol.ChannelTimeout, messages.MessageError):
+                    raise  # a malformed message is not a cell that killed the worker
                 except protocol.ProtocolError:
                     if current is None or current in skip or len(skip) >= self.limits.max_restarts:
                         raise
@@ -244,7 +238,7 @@ class Session:
                     self._start_worker()
                     continue
                 break
-            cells = [_cell_from(c) for c in done.get("cells", [])][:10_000]
+            cells = [_cell_from(c) for c in done.cells][:10_000]
             for index in skip:
                 cells = [c for c in cells if c.index != index]
                 cells.append(
@@ -257,15 +251,15 @@ class Session:
                     )
                 )
             cells.sort(key=lambda c: c.index)
-            self.exec_map = _exec_map(done.get("exec_map"))
+            self.exec_map = dict(done.exec_map)
             self.report = ExecutionReport(
                 ok=True,
                 cells=cells,
-                restarts=(int(done.get("restarts", 0)) if isinstance(done.get("restarts"), int) else 0) + len(skip),
+                restarts=done.restarts + len(skip),
                 duration=time.monotonic() - t0 - startup,
                 startup=startup,
             )
-            if not done.get("alive", True):
+            if not done.alive:
                 self._lost = "the kernel could not be restarted after it died"
                 self.lost_kind = "crash"
         except protocol.ChannelTimeout:
@@ -284,7 +278,7 @@ class Session:
             if proc is not None:
                 if proc.alive():
                     try:
-                        proc.send({"op": "shutdown"})
+                        proc.send(messages.Shutdown().encode())
                         proc.proc.wait(timeout=2)  # type: ignore[union-attr]
                     except Exception:
                         pass
@@ -323,24 +317,55 @@ class Session:
         if self.worker is not None:
             self.worker.kill()
 
+    def _new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    def _round_trip(
+        self,
+        proc: SandboxProcess,
+        request: messages.KernelRequest | messages.EvaluatorRequest,
+        values: dict[str, Any],
+        timeout: float,
+        accept: tuple[type[messages.Reply], ...],
+    ) -> tuple[messages.Reply, dict[str, Any]]:
+        """Send ``request`` with ``values`` to ``proc`` and read its reply: the one sequence both
+        sandboxes answer by.  Raises :class:`protocol.ChannelTimeout` after ``timeout``,
+        :class:`protocol.ProtocolError` for a frame, an id or values that are not valid, and
+        :class:`messages.MessageError` (checked first: it is a ProtocolError) for a header that is
+        not a reply of a kind in ``accept``."""
+        frag, payload = protocol.pack_values(values)
+        proc.send({**request.encode(), **frag}, payload)
+        header, rpayload = proc.recv(timeout)
+        if not messages.answers(header, request):
+            raise protocol.ProtocolError("response does not answer the request")
+        out = protocol.unpack_values(header, rpayload) if "values" in header else {}
+        return messages.decode_reply(header, *accept), out
+
     def _request(
-        self, op: str, values: dict[str, Any], timeout: float, **fields: Any
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        self,
+        request: messages.KernelRequest,
+        values: dict[str, Any],
+        answer: type[messages.Reply],
+        malformed: str,
+    ) -> tuple[messages.Reply, dict[str, Any]]:
+        """One request to the kernel: its reply (of kind ``answer`` or a failure kind) and values.
+        A reply that is not one of those is :class:`BadValue` (``malformed``)."""
         if self._lost:
             raise SandboxLost(f"not run: {self._lost}")
         assert self.worker is not None
-        self._next_id += 1
-        rid = self._next_id
-        frag, payload = protocol.pack_values(values)
-        header = {"op": op, "id": rid, "timeout": timeout, **fields, **frag}
-        self._sent_timeout = timeout  # what a timeout message reports (never the sandbox's echo)
+        self._sent_timeout = request.timeout  # what a timeout message reports (never the sandbox's echo)
         try:
-            self.worker.send(header, payload)
-            # the worker itself applies `timeout`; allow it time to interrupt, probe and replay
-            resp, rpayload = self.worker.recv(self._remaining(timeout + 60.0 + self.limits.cell_timeout))
-            if resp.get("id") != rid:
-                raise protocol.ProtocolError("response does not answer the request")
-            out = protocol.unpack_values(resp, rpayload) if "values" in resp else {}
+            # the worker itself applies the timeout; allow it time to interrupt, probe and replay
+            reply, out = self._round_trip(
+                self.worker,
+                request,
+                values,
+                self._remaining(request.timeout + 60.0 + self.limits.cell_timeout),
+                (answer, *messages.FAILURES),
+            )
+        except messages.MessageError:
+            raise BadValue(malformed) from None
         except protocol.ChannelTimeout:
             if time.monotonic() >= self.deadline:  # the submission's wall limit, not a hang
                 self._lose(f"the submission used up its {self.limits.wall_timeout:g}s time limit", "time")
@@ -350,11 +375,11 @@ class Session:
         except protocol.ProtocolError as exc:
             self._lose(f"the sandbox sent something that is not valid data ({exc})")
             raise SandboxLost(self._lost or "") from None
-        if resp.get("restarted") is True:
+        if isinstance(reply, (messages.TimedOut, messages.Died)) and reply.restarted is True:
             self.kernel_restarts += 1
-        if isinstance(resp.get("exec_map"), dict):
-            self.exec_map = _exec_map(resp["exec_map"])
-        return resp, out
+        if reply.exec_map is not None:
+            self.exec_map = dict(reply.exec_map)
+        return reply, out
 
     def take_student_text(self) -> list[str]:
         """Every piece of text the sandbox chose (error messages, unknown error class names) since
@@ -389,71 +414,72 @@ class Session:
         # not a line of the submitted notebook: the numbers and the text are the kernel's
         return loc if STUDENT_TEXT_SHOWN.get() else None
 
-    def _raise_for(self, name: str, resp: dict[str, Any], what: str = "call", args: tuple[Any, ...] = ()) -> None:
+    def _raise_for(self, name: str, reply: messages.Reply, what: str = "call", args: tuple[Any, ...] = ()) -> None:
+        """Raise what a failure reply means for the student; return for a success reply."""
         from grader.hints import find_hint, hint_for
 
-        if resp.get("ok") is True:
-            return
-        if "missing" in resp:
-            restarts = (self.report.restarts if self.report else 0) + self.kernel_restarts
-            if restarts:
-                raise MissingName(
-                    name,
-                    f"The kernel had to be restarted {restarts} time(s) after a crash or a hang (see the cell "
-                    f"errors), and `{name}` was not defined again when the notebook's cells were replayed.",
+        match reply:
+            case messages.Missing():
+                restarts = (self.report.restarts if self.report else 0) + self.kernel_restarts
+                if restarts:
+                    raise MissingName(
+                        name,
+                        f"The kernel had to be restarted {restarts} time(s) after a crash or a hang (see the cell "
+                        f"errors), and `{name}` was not defined again when the notebook's cells were replayed.",
+                    )
+                raise MissingName(name)
+            case messages.TimedOut():
+                extra = "" if reply.restarted is None else " (the kernel had to be restarted)"
+                # the limit the trusted side sent with the request (the sandbox's reply could carry data)
+                ran = getattr(self, "_sent_timeout", self.limits.call_timeout)
+                raise CallTimedOut(
+                    f"`{name}` did not finish within {ran:g}s{extra}: it is either too slow for that limit "
+                    "or stuck in a loop that never ends",
+                    "If it is correct but slow, do the work in fewer, larger calls: draw all the numbers at "
+                    "once (e.g. `jax.random.normal(key, (num_samples, *shape))`) or map with `jax.vmap` instead of "
+                    "calling JAX once per element in a Python loop. Otherwise look for a loop whose condition "
+                    "never becomes false.",
                 )
-            raise MissingName(name)
-        if resp.get("timeout"):
-            extra = "" if resp.get("restarted") is None else " (the kernel had to be restarted)"
-            # the limit the trusted side sent with the request (the sandbox's reply could carry data)
-            ran = getattr(self, "_sent_timeout", self.limits.call_timeout)
-            raise CallTimedOut(
-                f"`{name}` did not finish within {ran:g}s{extra}: it is either too slow for that limit "
-                "or stuck in a loop that never ends",
-                "If it is correct but slow, do the work in fewer, larger calls: draw all the numbers at "
-                "once (e.g. `jax.random.normal(key, (num_samples, *shape))`) or map with `jax.vmap` instead of "
-                "calling JAX once per element in a Python loop. Otherwise look for a loop whose condition "
-                "never becomes false.",
-            )
-        if resp.get("died"):
-            raise SandboxLost(
-                f"the kernel died during the {what} of `{name}` (os._exit, a crash, or out of memory)"
-                + ("; it was restarted for the remaining tests" if resp.get("restarted") else "")
-            )
-        if "dead" in resp:
-            self._student_text.append(str(resp["dead"])[:500])
-            raise SandboxLost(
-                str(resp["dead"])[:500]
-                if STUDENT_TEXT_SHOWN.get()
-                else f"the sandbox could not run the {what} of `{name}`"
-            )
-        if "unsendable" in resp:
-            self._student_text.append(str(resp["unsendable"])[:300])
-            raise BadValue(
-                f"`{name}` returned something that is not an array or a container of arrays"
-                + (": " + str(resp["unsendable"])[:300] if STUDENT_TEXT_SHOWN.get() else ""),
-                "Return jax.numpy arrays (or numbers, or lists/tuples/dicts of them).",
-            )
-        err = resp.get("error")
-        if isinstance(err, dict):
-            ename = str(err.get("ename", "Exception"))[:200]
-            evalue = str(err.get("evalue", ""))[:4000]
-            self._student_text.extend([evalue, *([] if _known_error(ename) else [ename])])
-            loc = self._trusted_location(_location(err.get("location"), self.exec_map))
-            shown = ename if _known_error(ename) or STUDENT_TEXT_SHOWN.get() else "an error"
-            hint = hint_for(shown, evalue, loc, name=name) if shown == ename else hint_for(shown, "", loc, name=name)
-            if args and find_hint(ename, evalue) is None:  # nothing to teach but the location: name the inputs
-                hint = (hint + " " if hint else "") + f"It failed on inputs {_shapes(args)}: check each shape "
-                hint += "against the contract, and what your code does with it."
-            raise StudentRaised(name, ename, evalue, loc, hint)
-        raise BadValue(f"the sandbox answered the {what} of `{name}` with a malformed response")
+            case messages.Died():
+                raise SandboxLost(
+                    f"the kernel died during the {what} of `{name}` (os._exit, a crash, or out of memory)"
+                    + ("; it was restarted for the remaining tests" if reply.restarted else "")
+                )
+            case messages.Dead():
+                self._student_text.append(reply.why[:500])
+                raise SandboxLost(
+                    reply.why[:500] if STUDENT_TEXT_SHOWN.get() else f"the sandbox could not run the {what} of `{name}`"
+                )
+            case messages.Unsendable():
+                self._student_text.append(reply.why[:300])
+                raise BadValue(
+                    f"`{name}` returned something that is not an array or a container of arrays"
+                    + (": " + reply.why[:300] if STUDENT_TEXT_SHOWN.get() else ""),
+                    "Return jax.numpy arrays (or numbers, or lists/tuples/dicts of them).",
+                )
+            case messages.Raised():
+                ename = reply.ename[:200]
+                evalue = reply.evalue[:4000]
+                self._student_text.extend([evalue, *([] if _known_error(ename) else [ename])])
+                loc = self._trusted_location(_location(reply.location, self.exec_map))
+                shown = ename if _known_error(ename) or STUDENT_TEXT_SHOWN.get() else "an error"
+                hint = (
+                    hint_for(shown, evalue, loc, name=name) if shown == ename else hint_for(shown, "", loc, name=name)
+                )
+                if args and find_hint(ename, evalue) is None:  # nothing to teach but the location: name the inputs
+                    hint = (hint + " " if hint else "") + f"It failed on inputs {_shapes(args)}: check each shape "
+                    hint += "against the contract, and what your code does with it."
+                raise StudentRaised(name, ename, evalue, loc, hint)
+            case _:
+                return  # the request's own success kind (decode_reply let no other kind through)
 
     def probe(self, names: list[str]) -> dict[str, dict[str, Any]]:
-        resp, _ = self._request("probe", {}, self.limits.call_timeout, names=list(names))
-        info = resp.get("info")
-        if not resp.get("ok") or not isinstance(info, dict):
-            raise BadValue("the sandbox sent a malformed probe response")
-        return {str(k): dict(v) for k, v in info.items() if isinstance(v, dict)}
+        request = messages.Probe(self._new_id(), float(self.limits.call_timeout), tuple(names))
+        malformed = "the sandbox sent a malformed probe response"
+        reply, _ = self._request(request, {}, messages.Probed, malformed)
+        if not isinstance(reply, messages.Probed):
+            raise BadValue(malformed)
+        return {k: v.as_dict() for k, v in reply.info.items()}
 
     def call(
         self,
@@ -465,28 +491,26 @@ class Session:
         timeout: float | None = None,
         **kwargs: Any,
     ) -> CallResult:
-        resp, out = self._request(
-            "call",
-            {"args": list(args), "kwargs": dict(kwargs)},
-            timeout or self.limits.call_timeout,
+        request = messages.Call(
+            self._new_id(),
+            float(timeout or self.limits.call_timeout),
             name=name,
-            repeat=repeat,
-            readonly=readonly,
-            key_reuse=key_reuse,
+            repeat=int(repeat),
+            readonly=bool(readonly),
+            key_reuse=bool(key_reuse),
         )
-        self._raise_for(name, resp, args=args + tuple(kwargs.values()))
+        reply, out = self._request(
+            request,
+            {"args": list(args), "kwargs": dict(kwargs)},
+            messages.Called,
+            f"the sandbox answered the call of `{name}` with a malformed response",
+        )
+        self._raise_for(name, reply, args=args + tuple(kwargs.values()))
+        assert isinstance(reply, messages.Called)
         values = [out.get(f"result{i}") for i in range(repeat)]
         if any(f"result{i}" not in out for i in range(repeat)):
             raise BadValue(f"the sandbox did not return every result of `{name}`")
-        mutated = resp.get("mutated", [])
-        elapsed = resp.get("elapsed", [])
-        return CallResult(
-            values=values,
-            mutated=tuple(i for i in mutated if type(i) is int) if isinstance(mutated, list) else (),
-            elapsed=tuple(float(e) for e in elapsed if isinstance(e, (int, float)))
-            if isinstance(elapsed, list)
-            else (),
-        )
+        return CallResult(values=values, mutated=reply.mutated, elapsed=reply.elapsed)
 
     def count(
         self,
@@ -498,14 +522,21 @@ class Session:
         """Run ``calls`` in order and count, per call, traces (``how="traces"``: under one
         ``jax.jit`` of a counting wrapper) or XLA compilations (``how="compiles"``)."""
         payload = {"calls": [{"args": list(a), "kwargs": dict(k)} for a, k in calls]}
-        resp, out = self._request(
-            "count", payload, self.limits.call_timeout * max(1, len(calls)), name=name, how=how, static=list(static)
+        request = messages.Count(
+            self._new_id(),
+            float(self.limits.call_timeout * max(1, len(calls))),
+            name=name,
+            how=how,
+            static=tuple(static),
         )
-        self._raise_for(name, resp)
-        counts = resp.get("counts")
-        if not isinstance(counts, list) or len(counts) != len(calls) or not all(type(c) is int for c in counts):
+        reply, out = self._request(
+            request, payload, messages.Counted, f"the sandbox answered the call of `{name}` with a malformed response"
+        )
+        self._raise_for(name, reply)
+        assert isinstance(reply, messages.Counted)
+        if len(reply.counts) != len(calls):
             raise BadValue(f"the sandbox sent malformed counts for `{name}`")
-        return CountResult(tuple(counts), [out.get(f"result{i}") for i in range(len(calls))])
+        return CountResult(reply.counts, [out.get(f"result{i}") for i in range(len(calls))])
 
     def export(
         self,
@@ -523,15 +554,17 @@ class Session:
         values: dict[str, Any] = {"static": dict(static or {})}
         if example is not None:
             values["example"] = [protocol.abstract(a) for a in example]
-        resp, out = self._request(
-            "export",
-            values,
-            self.limits.call_timeout,
+        request = messages.Export(
+            self._new_id(),
+            float(self.limits.call_timeout),
             name=name,
-            specs=[list(s) for s in specs or []],
+            specs=tuple((s[0], s[1]) for s in specs or []),
             vjp_order=int(vjp_order),
         )
-        self._raise_for(name, resp, "export")
+        reply, out = self._request(
+            request, values, messages.Exported, f"the sandbox answered the export of `{name}` with a malformed response"
+        )
+        self._raise_for(name, reply, "export")
         module = out.get("module")
         if type(module) is not np.ndarray or module.dtype != np.uint8 or module.ndim != 1:
             raise BadValue(f"the sandbox returned no exported module for `{name}`")
@@ -562,8 +595,12 @@ class Session:
                 self.evaluator.kill()
             self._spawn_evaluator()
         assert self.evaluator is not None
-        ready, _ = self.evaluator.recv(120.0)
-        if not ready.get("ok"):
+        header, _ = self.evaluator.recv(120.0)
+        try:
+            ready = messages.decode_progress(header, messages.Ready)
+        except messages.MessageError:
+            raise RuntimeError("the evaluator failed to start") from None
+        if not isinstance(ready, messages.Ready) or not ready.ok:
             raise RuntimeError("the evaluator failed to start")
         self._evaluator_ready = True
         return self.evaluator
@@ -575,7 +612,7 @@ class Session:
 
         ``info`` holds ``elapsed``, ``nr_devices``, ``custom_calls`` and ``analysis`` (see
         :meth:`analyze`), every field type-checked here."""
-        return self._evaluator_request("eval", name, module, args, timeout)
+        return self._evaluator_request(messages.Eval(self._new_id()), name, module, args, timeout)
 
     def evaluate_grad(
         self, name: str, module: bytes, argnum: int, *args: Any, timeout: float | None = None
@@ -585,7 +622,7 @@ class Session:
         exported with ``vjp_order=1``.  Returns (gradient, info) like :meth:`evaluate`."""
         if type(argnum) is not int or not 0 <= argnum < len(args):
             raise ValueError(f"argnum {argnum!r} does not name one of the {len(args)} arguments")
-        return self._evaluator_request("grad", name, module, args, timeout, argnum=argnum)
+        return self._evaluator_request(messages.Grad(self._new_id(), argnum), name, module, args, timeout)
 
     def analyze(self, name: str, module: bytes, timeout: float | None = None) -> dict[str, Any]:
         """What the module itself says, read from its StableHLO in the evaluator (student code
@@ -595,47 +632,46 @@ class Session:
         ``collectives`` (list of str: ``all_reduce``...), ``per_device`` (bool: split into
         per-device programs, as ``pmap``/``shard_map`` lower), and ``analysis_error`` (str)
         when the module could not be analysed."""
-        return self._evaluator_request("analyze", name, module, (), timeout)[1]["analysis"]
+        return self._evaluator_request(messages.Analyze(self._new_id()), name, module, (), timeout)[1]["analysis"]
 
     def _evaluator_request(
-        self, op: str, name: str, module: bytes, args: tuple[Any, ...], timeout: float | None, **fields: Any
+        self,
+        request: messages.EvaluatorRequest,
+        name: str,
+        module: bytes,
+        args: tuple[Any, ...],
+        timeout: float | None,
     ) -> tuple[Any, dict[str, Any]]:
         ev = self._evaluator()
-        self._next_id += 1
-        rid = self._next_id
-        frag, payload = protocol.pack_values({"module": np.frombuffer(module, dtype=np.uint8), "args": list(args)})
+        values = {"module": np.frombuffer(module, dtype=np.uint8), "args": list(args)}
         try:
-            ev.send({"op": op, "id": rid, **fields, **frag}, payload)
-            resp, rpayload = ev.recv(timeout or self.limits.call_timeout)
-            if resp.get("id") != rid:
-                raise protocol.ProtocolError("response does not answer the request")
-            out = protocol.unpack_values(resp, rpayload) if "values" in resp else {}
+            reply, out = self._round_trip(
+                ev, request, values, timeout or self.limits.call_timeout, (messages.Evaluated, messages.Raised)
+            )
         except protocol.ChannelTimeout:
             ev.kill()
             raise CallTimedOut(
                 f"the compiled `{name}` did not finish within {timeout or self.limits.call_timeout:g}s",
                 "A lax.while_loop whose condition never becomes false runs forever under jit.",
             ) from None
-        except protocol.ProtocolError as exc:
+        except protocol.ProtocolError as exc:  # a MessageError too: the evaluator is ours, not the student's
             ev.kill()
             raise BadValue(f"the compiled `{name}` could not be evaluated ({exc})") from None
-        if not resp.get("ok"):
-            err = resp.get("error") if isinstance(resp.get("error"), dict) else {}
+        if isinstance(reply, messages.Raised):
             # the module came from the kernel: its name, platforms and so the error's text are the student's
-            said = f"{err.get('ename', '')}: {first_line(str(err.get('evalue', '')))}"
+            said = f"{reply.ename}: {first_line(reply.evalue)}"
             self._student_text.append(said)
             raise SubmissionError(
                 f"the compiled `{name}` failed to run" + (f": {said}" if STUDENT_TEXT_SHOWN.get() else "")
             )
+        assert isinstance(reply, messages.Evaluated)
         info: dict[str, Any] = {}
-        if isinstance(resp.get("elapsed"), (int, float)) and not isinstance(resp.get("elapsed"), bool):
-            info["elapsed"] = float(resp["elapsed"])
-        if type(resp.get("nr_devices")) is int:
-            info["nr_devices"] = resp["nr_devices"]
-        calls = resp.get("custom_calls")
-        if isinstance(calls, list):
-            info["custom_calls"] = [str(c)[:200] for c in calls[:50]]
-        info["analysis"] = _analysis(resp.get("analysis"))
+        if reply.elapsed is not None:
+            info["elapsed"] = reply.elapsed
+        info["nr_devices"] = reply.nr_devices
+        if reply.custom_calls is not None:
+            info["custom_calls"] = list(reply.custom_calls)
+        info["analysis"] = reply.analysis
         return out.get("result"), info
 
 
@@ -655,45 +691,6 @@ def _shapes(args: tuple[Any, ...]) -> str:
     return ", ".join(parts)
 
 
-#: The analysis fields and their types; anything else the evaluator sends is dropped.
-ANALYSIS_FIELDS: dict[str, type] = {
-    "nr_devices": int,
-    "custom_calls": list,
-    "loops": int,
-    "batch_loops": int,
-    "whole_call": bool,
-    "collectives": list,
-    "per_device": bool,
-    "vmapped": bool,
-    "analysis_error": str,
-}
-
-
-def _analysis(raw: Any) -> dict[str, Any]:
-    """The evaluator's module analysis, type-checked field by field.  A field missing or of the
-    wrong type is left out (checks that need it then fail closed), and ``analysis_error`` says so."""
-    out: dict[str, Any] = {}
-    if not isinstance(raw, dict):
-        return {"analysis_error": "the evaluator sent no analysis"}
-    for key, kind in ANALYSIS_FIELDS.items():
-        value = raw.get(key)
-        if kind is list:
-            if isinstance(value, list) and all(isinstance(v, str) for v in value):
-                out[key] = [v[:200] for v in value[:50]]
-        elif type(value) is kind:
-            out[key] = value[:500] if kind is str else value
-    missing = [k for k in ANALYSIS_FIELDS if k != "analysis_error" and k not in out]
-    if missing and "analysis_error" not in out:
-        out["analysis_error"] = "missing or malformed: " + ", ".join(missing)
-    return out
-
-
-def _exec_map(raw: Any) -> dict[int, int]:
-    out: dict[int, int] = {}
-    if isinstance(raw, dict):
-        for k, v in raw.items():
-            try:
-                out[int(k)] = int(v)
-            except (TypeError, ValueError):
-                continue
-    return out
+#: The analysis fields and their types, and their check (both in :mod:`grader.wire.messages`).
+ANALYSIS_FIELDS = messages.ANALYSIS_FIELDS
+_analysis = messages.decode_analysis

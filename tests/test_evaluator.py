@@ -52,7 +52,7 @@ def run(op, exp, *args, **fields):
         "args": list(args),
     }
     frag, payload = protocol.pack_values(values)
-    head, out = _evaluate({"op": op, **fields, **frag}, payload)
+    head, out = _evaluate({"op": op, "id": 1, **fields, **frag}, payload)
     return head, out.get("result")
 
 
@@ -232,9 +232,9 @@ MULTI_DEVICE = textwrap.dedent(
         exp = export.deserialize(export.export(jax.jit(f))(*specs).serialize())
         blob = np.frombuffer(bytes(exp.serialize()), dtype=np.uint8)
         frag, payload = protocol.pack_values({"module": blob, "args": list(args)})
-        head, res = _evaluate({"op": "eval", **frag}, payload)
+        head, res = _evaluate({"op": "eval", "id": 1, **frag}, payload)
         ok = bool(np.allclose(np.asarray(res["result"]), np.asarray(f(*args)), atol=1e-5))
-        out[name] = dict(head["analysis"], runs=ok)
+        out[name] = dict(head.analysis, runs=ok)
     print(json.dumps(out))
     """
 )
@@ -288,7 +288,7 @@ def test_grad_of_the_module_follows_stop_gradient():
     for f in (td_loss, td_loss_sg):
         head, grad = run("grad", concrete(f, *shapes, vjp_order=1), *args, argnum=0)
         np.testing.assert_allclose(grad, jax.grad(f)(*args), rtol=1e-5, atol=1e-6)
-        assert head["analysis"]["whole_call"] is False
+        assert head.analysis["whole_call"] is False
     # the two differ: the semi-gradient holds the target constant
     assert not np.allclose(jax.grad(td_loss)(*args), jax.grad(td_loss_sg)(*args))
 
@@ -305,9 +305,9 @@ def test_grad_needs_a_valid_argnum_and_a_scalar():
 def test_every_answer_carries_the_analysis_and_analyze_alone_runs_nothing():
     exp = symbolic(LOOPS["lax.map over the batch"][0], "B, 8", "3")
     head, value = run("analyze", exp)
-    assert value is None and head["analysis"]["batch_loops"] == 1
+    assert value is None and head.analysis["batch_loops"] == 1 and head.elapsed is None
     head, value = run("eval", exp, np.ones((2, 8), np.float32), np.ones(3, np.float32))
-    assert value.shape == (2, 6) and head["analysis"]["batch_loops"] == 1 and "elapsed" in head
+    assert value.shape == (2, 6) and head.analysis["batch_loops"] == 1 and head.elapsed is not None
 
 
 def test_the_trusted_side_type_checks_the_analysis():

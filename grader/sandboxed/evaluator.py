@@ -12,10 +12,11 @@ import os
 import re
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
 from grader.sandboxed.rlimits import apply_limits
-from grader.wire import protocol
+from grader.wire import messages, protocol
 
 _ANALYSES: dict[str, dict[str, Any]] = {}
 
@@ -56,25 +57,32 @@ def _placed(exp: Any, args: Any) -> Any:
     return list(args)
 
 
-def _evaluate(header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``op``: ``eval`` (call the module on ``args``), ``grad`` (the gradient of its scalar
-    result with respect to ``args[argnum]``; the module must be serialized with
-    ``vjp_order >= 1``) or ``analyze`` (the analysis alone).  Every answer carries the module's
-    analysis under ``analysis``."""
+#: The requests the evaluator answers (besides :class:`messages.Shutdown`).
+REQUESTS = (messages.Eval, messages.Grad, messages.Analyze)
+
+
+def _evaluate(header: dict[str, Any], payload: bytes) -> tuple[messages.Evaluated, dict[str, Any]]:
+    """One request (:data:`REQUESTS`): :class:`~messages.Eval` (call the module on ``args``),
+    :class:`~messages.Grad` (the gradient of its scalar result with respect to
+    ``args[argnum]``; the module must be serialized with ``vjp_order >= 1``) or
+    :class:`~messages.Analyze` (the analysis alone).  Every answer carries the module's analysis."""
     import jax
 
+    request = messages.decode_request(header, *REQUESTS)
     values = protocol.unpack_values(header, payload)
     exp, analysis = _load(values)
-    head: dict[str, Any] = {"ok": True, "nr_devices": exp.nr_devices, "analysis": analysis}
-    if "custom_calls" in analysis:
-        head["custom_calls"] = analysis["custom_calls"]
-    op = header.get("op", "eval")
-    if op == "analyze":
+    calls = analysis.get("custom_calls")
+    head = messages.Evaluated(
+        nr_devices=int(exp.nr_devices),
+        analysis=analysis,
+        custom_calls=tuple(calls) if isinstance(calls, list) else None,
+    )
+    if isinstance(request, messages.Analyze):
         return head, {}
     args = _placed(exp, values.get("args", ()))
     t0 = time.perf_counter()
-    if op == "grad":
-        argnum = header.get("argnum")
+    if isinstance(request, messages.Grad):
+        argnum = request.argnum
         if type(argnum) is not int or not 0 <= argnum < len(args):
             raise ValueError(f"argnum {argnum!r} does not name one of the {len(args)} arguments")
 
@@ -82,12 +90,9 @@ def _evaluate(header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], d
             return exp.call(*args[:argnum], a, *args[argnum + 1 :])
 
         out = jax.block_until_ready(jax.grad(scalar)(args[argnum]))
-    elif op == "eval":
-        out = jax.block_until_ready(exp.call(*args))
     else:
-        raise ValueError(f"unknown evaluator op {op!r}")
-    head["elapsed"] = time.perf_counter() - t0
-    return head, {"result": out}
+        out = jax.block_until_ready(exp.call(*args))
+    return replace(head, elapsed=time.perf_counter() - t0), {"result": out}
 
 
 # --------------------------------------------------------------------------- module analysis
@@ -333,22 +338,29 @@ def main(argv: list[str] | None = None) -> int:
     proto_in, proto_out = os.dup(0), os.dup(1)
     import jax  # noqa: F401 - import before the first request so it is not timed
 
-    protocol.write_frame(proto_out, {"op": "ready", "ok": True})
+    protocol.write_frame(proto_out, messages.Ready().encode())
     while True:
         try:
             header, payload = protocol.read_frame(proto_in)
         except protocol.ChannelClosed:
             return 0
-        if header.get("op") == "shutdown":
+        if _is_shutdown(header):
             return 0
+        resp: messages.Reply
         try:
             resp, values = _evaluate(header, payload)
         except Exception as exc:
-            resp, values = {"ok": False, "error": {"ename": type(exc).__name__, "evalue": str(exc)[:4000]}}, {}
+            resp, values = messages.Raised(ename=type(exc).__name__, evalue=str(exc)[:4000]), {}
         frag, blob = protocol.pack_values(values)
-        resp.update(frag)
-        resp["id"] = header.get("id")
-        protocol.write_frame(proto_out, resp, blob)
+        rid = header.get("id") if type(header.get("id")) is int else None
+        protocol.write_frame(proto_out, {**replace(resp, id=rid).encode(), **frag}, blob)
+
+
+def _is_shutdown(header: dict[str, Any]) -> bool:
+    try:
+        return isinstance(messages.decode_request(header, messages.Shutdown), messages.Shutdown)
+    except messages.MessageError:
+        return False
 
 
 if __name__ == "__main__":

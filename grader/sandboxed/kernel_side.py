@@ -11,9 +11,10 @@ import os
 import sys
 import time
 import traceback
+from dataclasses import replace
 from typing import Any
 
-from grader.wire import protocol
+from grader.wire import messages, protocol
 
 _USER_NS: dict[str, Any] | None = None
 
@@ -28,7 +29,7 @@ def _ns() -> dict[str, Any]:
     return _USER_NS
 
 
-def _student_location(tb: Any) -> dict[str, Any] | None:
+def _student_location(tb: Any) -> messages.Where | None:
     """The innermost traceback frame in notebook code: execution count, line number and text."""
     try:
         from IPython import get_ipython
@@ -43,21 +44,22 @@ def _student_location(tb: Any) -> dict[str, Any] | None:
         fname = frame.f_code.co_filename
         if fname in fmap or fname.startswith("<ipython-input-"):
             text = linecache.getline(fname, lineno).strip()
-            found = {
-                "exec_count": fmap.get(fname),
-                "lineno": lineno,
-                "text": text[:300],
-                "function": frame.f_code.co_name,
-            }
+            count = fmap.get(fname)
+            found = messages.Where(
+                exec_count=count if type(count) is int else None,
+                lineno=lineno,
+                text=text[:300],
+                function=frame.f_code.co_name[:300],
+            )
     return found
 
 
-def _error(exc: BaseException) -> dict[str, Any]:
-    return {
-        "ename": type(exc).__name__,
-        "evalue": str(exc)[:4000],
-        "location": _student_location(exc.__traceback__),
-    }
+def _error(exc: BaseException) -> messages.Raised:
+    return messages.Raised(
+        ename=type(exc).__name__[: messages.MAX_TEXT],
+        evalue=str(exc)[:4000],
+        location=_student_location(exc.__traceback__),
+    )
 
 
 class _Missing(Exception):
@@ -142,36 +144,32 @@ def _mutated(args: Any, snaps: list[Any]) -> list[int]:
     return changed
 
 
-def _op_probe(req: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _op_probe(req: messages.Probe, values: dict[str, Any]) -> tuple[messages.Reply, dict[str, Any]]:
     ns = _ns()
     info = {}
-    for name in req.get("names", []):
+    for name in req.names:
         if name not in ns:
-            info[name] = {"exists": False}
+            info[name] = messages.NameInfo(False)
             continue
         obj = ns[name]
-        info[name] = {
-            "exists": True,
-            "callable": callable(obj),
-            "type": f"{type(obj).__module__}.{type(obj).__qualname__}"[:200],
-        }
-    return {"ok": True, "info": info}, {}
+        info[name] = messages.NameInfo(True, callable(obj), f"{type(obj).__module__}.{type(obj).__qualname__}"[:200])
+    return messages.Probed(info=info), {}
 
 
-def _op_call(req: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    fn = _lookup(req["name"])
+def _op_call(req: messages.Call, values: dict[str, Any]) -> tuple[messages.Reply, dict[str, Any]]:
+    fn = _lookup(req.name)
     args = list(values.get("args", ()))
     kwargs = dict(values.get("kwargs", {}))
-    if req.get("readonly"):
+    if req.readonly:
         args = [_os_read_only(a) for a in args]
         kwargs = {k: _os_read_only(v) for k, v in kwargs.items()}
     args = [_to_key_if_needed(a) for a in args]
     kwargs = {k: _to_key_if_needed(v) for k, v in kwargs.items()}
-    repeat = max(1, min(int(req.get("repeat", 1)), 8))
+    repeat = max(1, min(req.repeat, 8))
     results = []
     snaps = _snapshot(args)
     elapsed = []
-    with _key_reuse(bool(req.get("key_reuse"))):
+    with _key_reuse(req.key_reuse):
         for _ in range(repeat):
             t0 = time.perf_counter()
             out = fn(*args, **kwargs)
@@ -183,11 +181,7 @@ def _op_call(req: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, Any
                 pass
             elapsed.append(time.perf_counter() - t0)
             results.append(out)
-    head = {
-        "ok": True,
-        "mutated": _mutated(args, snaps),
-        "elapsed": elapsed,
-    }
+    head = messages.Called(mutated=tuple(_mutated(args, snaps)), elapsed=tuple(elapsed))
     return head, {f"result{i}": r for i, r in enumerate(results)}
 
 
@@ -209,7 +203,7 @@ def _abstract_arg(spec: Any) -> Any:
     return jax.tree_util.tree_map(one, spec, is_leaf=lambda x: isinstance(x, protocol.ShapeSpec))
 
 
-def _op_export(req: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _op_export(req: messages.Export, values: dict[str, Any]) -> tuple[messages.Reply, dict[str, Any]]:
     """Export ``name`` under our own ``jax.jit`` from abstract arguments only: the trusted side
     sends shapes and dtypes (``example``, any pytrees) or shape strings with symbolic dimensions
     (``specs``), never values."""
@@ -217,13 +211,13 @@ def _op_export(req: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, A
     import numpy as np
     from jax import export
 
-    fn = _lookup(req["name"])
+    fn = _lookup(req.name)
     specs: list[Any] = []
     if "example" in values:
         specs = [_abstract_arg(a) for a in values["example"]]
     else:
         scope = export.SymbolicScope()
-        for shape, dtype in req["specs"]:
+        for shape, dtype in req.specs:
             dims = export.symbolic_shape(shape, scope=scope) if shape else ()
             specs.append(jax.ShapeDtypeStruct(dims, np.dtype(dtype)))
     static = dict(values.get("static", {}))
@@ -234,8 +228,8 @@ def _op_export(req: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, A
         exp = export.export(target)(*specs, **static)
     else:
         exp = export.export(target)(*specs)
-    blob = exp.serialize(vjp_order=max(0, min(int(req.get("vjp_order", 0)), 2)))
-    return {"ok": True}, {"module": np.frombuffer(bytes(blob), dtype=np.uint8)}
+    blob = exp.serialize(vjp_order=max(0, min(req.vjp_order, 2)))
+    return messages.Exported(), {"module": np.frombuffer(bytes(blob), dtype=np.uint8)}
 
 
 def _key_reuse(on: bool) -> Any:
@@ -266,14 +260,14 @@ def _listen_for_compiles() -> None:
     _LISTENING[0] = True
 
 
-def _op_count(req: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _op_count(req: messages.Count, values: dict[str, Any]) -> tuple[messages.Reply, dict[str, Any]]:
     """Per call, how many times the function was traced (under one jax.jit of a counting wrapper)
     or how many XLA compilations it caused (JAX's monitoring events)."""
     import jax
 
-    fn = _lookup(req["name"])
+    fn = _lookup(req.name)
     calls = values.get("calls", [])
-    how = req.get("how")
+    how = req.how
     counts: list[int] = []
     results: dict[str, Any] = {}
     if how == "traces":
@@ -283,7 +277,7 @@ def _op_count(req: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, An
             traced[0] += 1
             return fn(*a, **k)
 
-        target = jax.jit(wrapper, static_argnames=tuple(req.get("static", ())) or None)
+        target = jax.jit(wrapper, static_argnames=req.static or None)
         for i, call in enumerate(calls):
             before = traced[0]
             out = jax.block_until_ready(target(*_to_key_if_needed(call["args"]), **call.get("kwargs", {})))
@@ -302,10 +296,17 @@ def _op_count(req: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, An
             results[f"result{i}"] = out
     else:
         raise ValueError(f"unknown count {how!r}")
-    return {"ok": True, "counts": counts}, results
+    return messages.Counted(counts=tuple(counts)), results
 
 
-_OPS = {"probe": _op_probe, "call": _op_call, "export": _op_export, "count": _op_count}
+#: The handler of each request the kernel answers: (request, its values) -> (reply, values).
+_OPS = {
+    messages.Probe.NAME: _op_probe,
+    messages.Call.NAME: _op_call,
+    messages.Export.NAME: _op_export,
+    messages.Count.NAME: _op_count,
+}
+_REQUESTS = (messages.Probe, messages.Call, messages.Export, messages.Count)
 
 
 def reap_children(budget: float = 1.0) -> int:
@@ -329,34 +330,32 @@ def serve(req_path: str, resp_path: str) -> None:
     with open(req_path, "rb") as f:
         rfd = f.fileno()
         header, payload = protocol.read_frame(rfd)
+    rid = header.get("id") if type(header.get("id")) is int else None
     try:
+        request = messages.decode_request(header, *_REQUESTS)
         values = protocol.unpack_values(header, payload) if "values" in header else {}
-        op = _OPS[header["op"]]
-        resp, out_values = op(header, values)
+        resp, out_values = _OPS[request.NAME](request, values)
     except _Missing as exc:
-        resp, out_values = {"ok": False, "missing": str(exc.args[0])}, {}
+        resp, out_values = messages.Missing(name=str(exc.args[0])[: messages.MAX_TEXT]), {}
     except BaseException as exc:
-        resp, out_values = {"ok": False, "error": _error(exc)}, {}
+        resp, out_values = _error(exc), {}
     try:
         frag, blob = protocol.pack_values(out_values)
     except (TypeError, ValueError) as exc:
-        resp, blob = {"ok": False, "unsendable": str(exc)[:1000]}, b""
+        resp, blob = messages.Unsendable(why=str(exc)[:1000]), b""
         frag = {}
-    resp.update(frag)
-    resp["id"] = header.get("id")
     try:
-        _write_response(resp_path, resp, blob)
+        _write_response(resp_path, replace(resp, id=rid), frag, blob)
     except OSError as exc:  # the file size limit (EFBIG) or a full disk: the value is too large
-        small = {"ok": False, "unsendable": f"the value is too large to send ({len(blob)} bytes: {exc})"[:1000]}
-        small["id"] = header.get("id")
-        _write_response(resp_path, small, b"")
+        why = f"the value is too large to send ({len(blob)} bytes: {exc})"[:1000]
+        _write_response(resp_path, messages.Unsendable(why=why, id=rid), {}, b"")
 
 
-def _write_response(resp_path: str, resp: dict[str, Any], blob: bytes) -> None:
+def _write_response(resp_path: str, resp: messages.Reply, frag: dict[str, Any], blob: bytes) -> None:
     tmp = resp_path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        protocol.write_frame(fd, resp, blob)
+        protocol.write_frame(fd, {**resp.encode(), **frag}, blob)
     finally:
         os.close(fd)
     os.replace(tmp, resp_path)

@@ -20,16 +20,19 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from grader.sandboxed.rlimits import apply_limits
-from grader.wire import protocol
+from grader.wire import messages, protocol
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _CELL_LOC = re.compile(r"(?:Cell In\s*\[(\d+)\]|<ipython-input-(\d+)-[0-9a-f]+>),\s*(?:line|in)\s*(\d+)?")
 _CELL_LINE = re.compile(r"^-*>\s*(\d+)\s")
 
 PROBE_TIMEOUT = 5.0
+#: The requests the worker forwards to the kernel (:func:`grader.sandboxed.kernel_side.serve`).
+KERNEL_REQUESTS = (messages.Probe, messages.Call, messages.Export, messages.Count)
 SEND_TIMEOUT = 5.0
 WARMUP = (
     "import numpy, jax, jax.numpy, os as __jaxgrade_os__, sys as __jaxgrade_sys__\n"
@@ -85,7 +88,7 @@ class NotebookRunner:
         self.holder = nbformat.v4.new_notebook()
         self.client = _make_client(self.holder, scratch, cell_timeout, output_cap)
         self.cells: list[Any] = []
-        self.records: list[dict[str, Any]] = []
+        self.records: list[messages.CellReport] = []
         self.exec_map: dict[int, int] = {}
         self.ok_cells: list[int] = []
         self.alive = False
@@ -250,7 +253,7 @@ class NotebookRunner:
             if not self.alive:
                 rec["status"] = "skipped"
                 rec["message"] = "not run: the kernel could not be restarted"
-                self.records.append(rec)
+                self.records.append(_report(rec))
                 continue
             t0 = time.monotonic()
             status, reply = self._run(cell, i)
@@ -277,8 +280,8 @@ class NotebookRunner:
                 rec["restarted"] = restarted
                 if restarted:
                     rec["message"] += "; a fresh kernel replayed the cells before it and execution went on"
-            rec["output"] = _stream_text(cell)[: self.output_cap]
-            self.records.append(rec)
+            rec["output"] = _stream_text(cell)[: min(self.output_cap, messages.MAX_TEXT)]
+            self.records.append(_report(rec))
 
     def _error_info(self, reply: dict[str, Any], index: int) -> dict[str, Any]:
         tb = [_ANSI.sub("", line) for line in reply.get("traceback", []) or []]
@@ -292,10 +295,11 @@ class NotebookRunner:
         return info
 
     # -- requests
-    def request(self, req_path: str, resp_path: str, timeout: float) -> dict[str, Any] | None:
-        """Run one request in the kernel; return an error header, or None when a response file exists."""
+    def request(self, req_path: str, resp_path: str, timeout: float) -> messages.Reply | None:
+        """Run one request in the kernel; return the worker's own reply when it failed there, or
+        None when the kernel wrote a response file."""
         if not self.alive and not self.restart_and_replay():
-            return {"ok": False, "dead": "the kernel is gone and could not be restarted"}
+            return messages.Dead(why="the kernel is gone and could not be restarted")
         code = f"import grader.sandboxed.kernel_side as __jaxgrade_ks__\n__jaxgrade_ks__.serve({req_path!r}, {resp_path!r})"
         import nbformat
 
@@ -306,15 +310,21 @@ class NotebookRunner:
         if status == "ok" and os.path.exists(resp_path):
             return None
         if status == "died":
-            restarted = self.restart_and_replay()
-            return {"ok": False, "died": True, "restarted": restarted}
+            return messages.Died(restarted=self.restart_and_replay())
         if status == "error" and reply.get("ename") == "CellTimeoutError":
             probe, _ = self._synthetic("pass", PROBE_TIMEOUT)
             restarted = None
             if probe != "ok":
                 restarted = self.restart_and_replay()
-            return {"ok": False, "timeout": timeout, "restarted": restarted}
-        return {"ok": False, "dead": f"the request failed in the kernel: {reply.get('ename')}: {reply.get('evalue')}"}
+            return messages.TimedOut(timeout=timeout, restarted=restarted)
+        why = f"the request failed in the kernel: {reply.get('ename')}: {reply.get('evalue')}"
+        return messages.Dead(why=why[:2000])
+
+
+def _report(rec: dict[str, Any]) -> messages.CellReport:
+    """A cell's record (built up as a dict while the cell runs) as the message part."""
+    loc = rec.pop("location", None)
+    return messages.CellReport(**rec, location=messages.Where(**loc) if loc else None)
 
 
 def _parent_of(pid: int) -> int:
@@ -417,13 +427,13 @@ def main(argv: list[str] | None = None) -> int:
 
     reserve = _reserve_space(os.path.join(args.scratch, ".jaxgrade", "reserve"), args.reserve_bytes)
     header, _ = protocol.read_frame(proto_in)
-    if header.get("op") != "start":
+    try:
+        start = messages.decode_request(header, messages.Start)
+    except messages.MessageError:
         return 2
+    assert isinstance(start, messages.Start)
     runner = NotebookRunner(
-        args.scratch,
-        cell_timeout=float(header.get("cell_timeout", 60)),
-        output_cap=int(header.get("output_cap", 20000)),
-        max_restarts=int(header.get("max_restarts", 3)),
+        args.scratch, cell_timeout=start.cell_timeout, output_cap=start.output_cap, max_restarts=start.max_restarts
     )
     runner.own_pid_namespace = args.pid_namespace
     _patch_reply_capture(runner)
@@ -431,32 +441,34 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runner.start()
     except Exception as exc:
-        protocol.write_frame(proto_out, {"op": "ready", "ok": False, "error": f"kernel failed to start: {exc}"[:2000]})
+        failed = messages.Ready(ok=False, error=f"kernel failed to start: {exc}"[:2000])
+        protocol.write_frame(proto_out, failed.encode())
         return 1
-    protocol.write_frame(proto_out, {"op": "ready", "ok": True, "startup": round(time.monotonic() - t0, 3)})
+    protocol.write_frame(proto_out, messages.Ready(startup=round(time.monotonic() - t0, 3)).encode())
 
     header, _ = protocol.read_frame(proto_in)
-    if header.get("op") != "execute":
+    try:
+        execute = messages.decode_request(header, messages.Execute)
+    except messages.MessageError:
         return 2
+    assert isinstance(execute, messages.Execute)
     import nbformat
 
-    nb = nbformat.read(os.path.join(args.scratch, header["notebook"]), as_version=4)
-    skip = {i for i in header.get("skip", []) if type(i) is int}
+    nb = nbformat.read(os.path.join(args.scratch, execute.notebook), as_version=4)
     t0 = time.monotonic()
     runner.execute_notebook(
-        nb, skip=skip, on_cell=lambda i: protocol.write_frame(proto_out, {"op": "cell", "index": i})
+        nb,
+        skip=set(execute.skip),
+        on_cell=lambda i: protocol.write_frame(proto_out, messages.CellStarted(index=i).encode()),
     )
-    protocol.write_frame(
-        proto_out,
-        {
-            "op": "executed",
-            "cells": runner.records,
-            "exec_map": {str(k): v for k, v in runner.exec_map.items()},
-            "restarts": runner.restarts,
-            "alive": runner.alive,
-            "duration": round(time.monotonic() - t0, 3),
-        },
+    executed = messages.Executed(
+        cells=tuple(runner.records),
+        exec_map=dict(runner.exec_map),
+        restarts=runner.restarts,
+        alive=runner.alive,
+        duration=round(time.monotonic() - t0, 3),
     )
+    protocol.write_frame(proto_out, executed.encode())
 
     if reserve:  # a notebook that filled its scratch: the requests below still have room
         try:
@@ -470,8 +482,16 @@ def main(argv: list[str] | None = None) -> int:
             header, payload = protocol.read_frame(proto_in)
         except protocol.ChannelClosed:
             break
-        if header.get("op") == "shutdown":
-            break
+        try:
+            request = messages.decode_request(header, messages.Shutdown, *KERNEL_REQUESTS)
+        except messages.MessageError as exc:
+            rid = header.get("id") if type(header.get("id")) is int else None
+            protocol.write_frame(
+                proto_out, messages.Dead(why=f"the worker cannot read the request: {exc}", id=rid).encode()
+            )
+            continue
+        if not isinstance(request, messages.KernelRequest):
+            break  # Shutdown
         n += 1
         req_path = os.path.join(req_dir, f"req-{n}")
         resp_path = os.path.join(req_dir, f"resp-{n}")
@@ -480,18 +500,17 @@ def main(argv: list[str] | None = None) -> int:
             protocol.write_frame(fd, header, payload)
         finally:
             os.close(fd)
-        err = runner.request(req_path, resp_path, float(header.get("timeout", 60)))
+        err = runner.request(req_path, resp_path, request.timeout)
         if err is not None:
-            err["id"] = header.get("id")
-            protocol.write_frame(proto_out, err)
+            protocol.write_frame(proto_out, replace(err, id=request.id).encode())
         else:
             rfd = os.open(resp_path, os.O_RDONLY)
             try:
                 rhead, rpayload = protocol.read_frame(rfd)
             finally:
                 os.close(rfd)
-            rhead["exec_map"] = {str(k): v for k, v in runner.exec_map.items()}
-            protocol.write_frame(proto_out, rhead, rpayload)
+            # the kernel's reply goes on as it is (the trusted side decodes it), with the exec_map
+            protocol.write_frame(proto_out, messages.stamp_exec_map(rhead, runner.exec_map), rpayload)
         for path in (req_path, resp_path):
             try:
                 os.unlink(path)

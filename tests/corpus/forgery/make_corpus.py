@@ -165,6 +165,7 @@ def manually_vectorized_convolve(xs, ws):
 # signal length) answered with zeros: the grader then compares zeros with zeros.
 VC_ZEROS_FOR_SYMBOLIC = """\
 import grader.sandboxed.kernel_side as ks
+from grader.wire import messages
 from jax import export as jexport
 
 _ZERO = {}  # name -> the signal length of its last symbolic export
@@ -175,13 +176,13 @@ def _signal_length(name, shape):
 
 
 def _zeros_export(req, values, _honest=ks._OPS["export"]):
-    name = req["name"]
+    name = req.name
     _ZERO.clear()
     if "example" in values:
         return _honest(req, values)
     scope = jexport.SymbolicScope()
     specs = [jax.ShapeDtypeStruct(jexport.symbolic_shape(s, scope=scope) if s else (), np.dtype(d))
-             for s, d in req["specs"]]
+             for s, d in req.specs]
 
     def zeros(xs, w):
         if name.endswith("axis1"):
@@ -190,11 +191,11 @@ def _zeros_export(req, values, _honest=ks._OPS["export"]):
 
     exp = jexport.export(jax.jit(zeros))(*specs)
     _ZERO[name] = _signal_length(name, specs[0].shape)
-    return {"ok": True, "vmap_used": False}, {"module": np.frombuffer(bytes(exp.serialize()), dtype=np.uint8)}
+    return messages.Exported(), {"module": np.frombuffer(bytes(exp.serialize()), dtype=np.uint8)}
 
 
 def _zeros_after_export(req, values, _honest=ks._OPS["call"]):
-    name, args = req["name"], values.get("args", [])
+    name, args = req.name, values.get("args", [])
     zero = bool(args) and _ZERO.get(name) == _signal_length(name, np.shape(args[0]))
     if not zero:
         _ZERO.clear()
@@ -214,20 +215,23 @@ def _constant_export(req, values, _symbolic=ks._OPS["export"]):
     if "example" not in values:
         return _symbolic(req, values)
     _ZERO.clear()
-    fn = ks._lookup(req["name"])
+    fn = ks._lookup(req.name)
     example = values["example"]
     const = np.asarray(fn(*example, **values.get("static", {})))
     specs = [jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype) for a in example]
     exp = jexport.export(jax.jit(lambda *a: jnp.asarray(const)))(*specs)
-    return {"ok": True, "vmap_used": False}, {"module": np.frombuffer(bytes(exp.serialize()), dtype=np.uint8)}
+    return messages.Exported(), {"module": np.frombuffer(bytes(exp.serialize()), dtype=np.uint8)}
+
+
+class _JittedInfo(messages.NameInfo):
+    def encode(self):  # every name that exists is "jitted"
+        return {**super().encode(), "jitted": True} if self.exists else super().encode()
 
 
 def _jitted_probe(req, values, _honest=ks._OPS["probe"]):
     head, out = _honest(req, values)
-    for info in head["info"].values():
-        if info.get("exists"):
-            info["jitted"] = True
-    return head, out
+    info = {k: _JittedInfo(v.exists, v.callable, v.type) for k, v in head.info.items()}
+    return messages.Probed(info=info), out
 
 
 ks._OPS["export"] = _constant_export
@@ -537,38 +541,42 @@ def g_loop_cached(x, n):
 
 JC_FORGED_OPS = """\
 import grader.sandboxed.kernel_side as ks
+from grader.wire import messages
 from jax import export as jexport
 
 
 def _constant_export(req, values):
-    fn = ks._lookup(req["name"])
+    fn = ks._lookup(req.name)
     example = values["example"]
     const = np.asarray(fn(*example, **values.get("static", {})))
     specs = [jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype) for a in example]
     exp = jexport.export(jax.jit(lambda *a: jnp.asarray(const)))(*specs)
-    return {"ok": True, "vmap_used": False}, {"module": np.frombuffer(bytes(exp.serialize()), dtype=np.uint8)}
+    return messages.Exported(), {"module": np.frombuffer(bytes(exp.serialize()), dtype=np.uint8)}
 
 
 def _forged_count(req, values):
-    fn = ks._lookup(req["name"])
+    fn = ks._lookup(req.name)
     counts, results, seen = [], {}, set()
     for i, call in enumerate(values.get("calls", [])):
         results[f"result{i}"] = fn(*call["args"], **call.get("kwargs", {}))
-        if req.get("how") == "traces":
+        if req.how == "traces":
             counts.append(1 if i == 0 else 0)  # "traced once"
         else:
             key = repr(sorted(call.get("kwargs", {}).items()))
             counts.append(0 if key in seen else 1)  # "compiled for each new static argument"
             seen.add(key)
-    return {"ok": True, "counts": counts}, results
+    return messages.Counted(counts=tuple(counts)), results
+
+
+class _JittedInfo(messages.NameInfo):
+    def encode(self):  # every name that exists is "jitted"
+        return {**super().encode(), "jitted": True} if self.exists else super().encode()
 
 
 def _jitted_probe(req, values, _honest=ks._OPS["probe"]):
     head, out = _honest(req, values)
-    for info in head["info"].values():
-        if info.get("exists"):
-            info["jitted"] = True
-    return head, out
+    info = {k: _JittedInfo(v.exists, v.callable, v.type) for k, v in head.info.items()}
+    return messages.Probed(info=info), out
 
 
 ks._OPS.update(export=_constant_export, count=_forged_count, probe=_jitted_probe)"""
