@@ -181,8 +181,8 @@ def grade_notebook(
         if errors:
             rec.status = "error"
             rec.message = _join(rec.message, "grader configuration problem: " + "; ".join(errors))
-        if session._lost and rec.status == "graded":
-            rec.message = _join(rec.message, session._lost)
+        if session.lost and rec.status == "graded":
+            rec.message = _join(rec.message, session.lost)
             if session.lost_kind == "time":
                 rec.status = "timeout"
     finally:

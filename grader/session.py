@@ -311,6 +311,12 @@ class Session:
             raise SandboxLost(self._lost or "")
         return min(timeout, left)
 
+    @property
+    def lost(self) -> str | None:
+        """Why the sandbox is gone (for the record's message), or None; :attr:`lost_kind` says
+        what it means for the status."""
+        return self._lost
+
     def _lose(self, why: str, kind: LossKind = "crash") -> None:
         if self._lost is None:
             self._lost, self.lost_kind = why, kind
