@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -20,6 +22,7 @@ if str(REPO) not in sys.path:  # the package is importable without `pip install 
 # version of the code must not decide a test.  Subprocesses (the CLI) inherit it.
 if not os.environ.get("JAXGRADE_CACHE_DIR"):
     os.environ["JAXGRADE_CACHE_DIR"] = tempfile.mkdtemp(prefix="jaxgrade-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["JAXGRADE_CACHE_DIR"], True)  # made here: removed here
 
 
 def build_notebook(*sources: str) -> str:
