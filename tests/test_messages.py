@@ -358,3 +358,20 @@ def test_limits_defaults_are_defined_once() -> None:
         limits.output_cap,
         limits.max_restarts,
     )
+
+
+def test_an_exec_map_key_of_non_ascii_digits_is_refused_not_a_crash() -> None:
+    """Red team: "²".isdigit() is true and int("²") raises ValueError; a forged Executed frame
+    with that key stopped the whole batch."""
+    header = {"op": "executed", "cells": [], "exec_map": {"\u00b2": 0}, "restarts": 0, "alive": True}
+    with pytest.raises(m.MessageError):
+        m.decode_progress(header)
+
+
+def test_any_decoder_failure_is_a_message_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(cls: type, header: dict) -> None:
+        raise ValueError("a case the decoder missed")
+
+    monkeypatch.setattr(m.Executed, "decode", classmethod(broken))
+    with pytest.raises(m.MessageError, match="malformed message 'executed'"):
+        m.decode_progress({"op": "executed"})

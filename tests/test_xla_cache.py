@@ -8,6 +8,7 @@ chmods the mounted cache; ``double`` is right only when one of them worked, so a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from pathlib import Path
@@ -90,6 +91,7 @@ jnp.sin(jnp.arange(7.0) * 3.0).block_until_ready()
 RIGHT_IF_HIT = "def double(x):\n    return 2 * x if HITS else 3 * x"
 
 ATTACK_CACHE = r"""
+import contextlib
 import os
 FOUND = []
 d = os.environ.get("JAX_COMPILATION_CACHE_DIR") or "/jaxgrade-xla-cache"
@@ -203,3 +205,43 @@ def test_the_ta_is_told_which_cache_a_batch_uses(tmp_path: Path, monkeypatch: py
     )
     final.mkdir(parents=True)
     assert cache_status(a, "bwrap") == f"compilation cache: {final}"
+
+
+SECRET_HELPER = """
+import jax, jax.numpy as jnp
+
+def _secret_trick_helper(v):
+    return jnp.cumsum(v * 2.0)
+
+def f(v):  # the jitted function's own name is in its module name, and so in the entry's key
+    return _secret_trick_helper(v)
+
+jax.jit(f)(jnp.arange(6.0)).block_until_ready()
+"""
+
+
+@pytest.mark.slow
+def test_published_entries_carry_no_names_of_the_warming_code(bwrap_course: Path, tmp_path: Path) -> None:
+    """Red team: the entries kept the warming run's function names and cell file names in their
+    debug locations, readable by a sandbox that names the entry."""
+    import zlib
+
+    a = load_course(bwrap_course).assignment("double", staff=True)
+    nb = tmp_path / "secret.ipynb"
+    nb.write_text(build_notebook(SECRET_HELPER, "def double(x):\n    return 2 * x"))
+    staged = xla_cache.staging()
+    grade_notebook(a, nb, xla_cache=XlaCache(staged, writable=True))
+    final = xla_cache.cache_root() / "double-secret"
+    assert xla_cache.publish(staged, final) >= 1
+    for entry in final.iterdir():
+        data = entry.read_bytes()
+        texts = [data]
+        for wbits in (zlib.MAX_WBITS, -zlib.MAX_WBITS, zlib.MAX_WBITS | 16):
+            with contextlib.suppress(zlib.error):
+                texts.append(zlib.decompress(data, wbits))
+        with contextlib.suppress(Exception):
+            import zstandard
+
+            texts.append(zstandard.ZstdDecompressor().decompress(data, max_output_size=1 << 28))
+        for text in texts:
+            assert b"_secret_trick_helper" not in text and b"ipykernel" not in text, entry.name

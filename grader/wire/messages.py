@@ -233,7 +233,8 @@ class _Reader:
             return None
         out: dict[int, int] = {}
         for k, v in raw.items():
-            if not (_is_str(k, 20) and k.isdigit() and _is_int(v, 0, MAX_INT)):
+            # ASCII digits only: str.isdigit() is also true of "²", which int() refuses
+            if not (_is_str(k, 20) and k.isascii() and k.isdigit() and _is_int(v, 0, MAX_INT)):
                 raise self._bad(key, "a map of execution counts to cell indexes")
             out[int(k)] = v
         return out
@@ -397,7 +398,12 @@ def _family(header: Any, tag: str, table: dict[str, type[_M]], accept: tuple[typ
         raise MessageError(f"unknown {what} {tag} {str(name)[:40]!r}")
     if accept and cls not in accept:
         raise MessageError(f"a {name!r} {what} is not one of " + ", ".join(repr(a.NAME) for a in accept))
-    return cls.decode(header)
+    try:
+        return cls.decode(header)
+    except MessageError:
+        raise
+    except Exception as exc:  # a decoder that missed a case must still refuse, never crash the grader
+        raise MessageError(f"malformed {what} {name!r} ({type(exc).__name__})") from None
 
 
 # --------------------------------------------------------------------------- requests
