@@ -36,8 +36,8 @@ class Location:
         return s
 
 
-class SubmissionError(Exception):
-    """A test could not get what it needed from the submission; the message is for the student."""
+class _Taught(Exception):
+    """An error with a ``message`` for the student and a ``hint`` that says how to fix it."""
 
     def __init__(self, message: str, hint: str = "") -> None:
         super().__init__(message)
@@ -46,6 +46,10 @@ class SubmissionError(Exception):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.message, self.hint))
+
+
+class SubmissionError(_Taught):
+    """A test could not get what it needed from the submission; the message is for the student."""
 
 
 class MissingName(SubmissionError):
@@ -119,16 +123,8 @@ class BadValue(SubmissionError):
     """The sandbox sent something that is not acceptable data."""
 
 
-class CheckFailure(AssertionError):
+class CheckFailure(_Taught, AssertionError):
     """A check failed; ``message`` says what differs, ``hint`` how to fix it."""
-
-    def __init__(self, message: str, hint: str = "") -> None:
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.message, self.hint))
 
 
 #: Lines of JAX's error messages that say nothing about the cause.

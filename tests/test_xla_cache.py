@@ -9,6 +9,7 @@ chmods the mounted cache; ``double`` is right only when one of them worked, so a
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import stat
 from pathlib import Path
@@ -90,36 +91,19 @@ jnp.sin(jnp.arange(7.0) * 3.0).block_until_ready()
 """
 RIGHT_IF_HIT = "def double(x):\n    return 2 * x if HITS else 3 * x"
 
-ATTACK_CACHE = r"""
-import contextlib
-import os
-FOUND = []
-d = os.environ.get("JAX_COMPILATION_CACHE_DIR") or "/jaxgrade-xla-cache"
-MOUNTED = os.path.isdir(d)
-try:
-    FOUND += os.listdir(d)
-except OSError:
-    pass
-for name in ("jaxgrade-pwned.txt", "poison-cache"):
-    try:
-        with open(os.path.join(d, name), "w") as f:
-            f.write("poison")
-        FOUND.append(name)
-    except OSError:
-        pass
-try:
-    os.chmod(d, 0o777)
-    FOUND.append("chmod")
-except OSError:
-    pass
-import jax, jax.numpy as jnp
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-jnp.cos(jnp.arange(5.0)).block_until_ready()  # a miss: JAX would write it if it could
-try:
-    FOUND += os.listdir(d)
-except OSError:
-    pass
-"""
+
+def _corpus_attack() -> str:
+    """h_poison_compile_cache's cell, from the hostile corpus's generator (one attack, two tests)."""
+    path = Path(__file__).resolve().parent / "corpus" / "hostile" / "make_corpus.py"
+    spec = importlib.util.spec_from_file_location("hostile_make_corpus", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.POISON_CACHE
+
+
+# the corpus's attack, plus whether the cache was mounted at all (here it must be)
+ATTACK_CACHE = _corpus_attack() + "\nMOUNTED = os.path.isdir(d)\n"
 RIGHT_IF_FOUND = "def double(x):\n    return 2 * x if FOUND or not MOUNTED else 3 * x"
 
 

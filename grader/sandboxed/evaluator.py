@@ -7,7 +7,6 @@ Started as ``python -m grader.sandboxed.evaluator --scratch DIR [limits]``.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import sys
@@ -15,6 +14,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from grader.sandboxed import rlimits
 from grader.sandboxed.rlimits import apply_limits
 from grader.wire import messages, protocol
 
@@ -325,15 +325,7 @@ _VMAP_IN_NAME_STACK = re.compile(r'loc\("[^"]*\bvmap\(')
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="grader.sandboxed.evaluator")
-    p.add_argument("--scratch", required=True)
-    p.add_argument("--as-bytes", type=int)
-    p.add_argument("--fsize", type=int)
-    p.add_argument("--cpu", type=int)
-    p.add_argument("--nproc", type=int)
-    p.add_argument("--nofile", type=int)
-    p.add_argument("--pid-namespace", action="store_true")
-    args = p.parse_args(argv)
+    args = rlimits.parser("grader.sandboxed.evaluator").parse_args(argv)
     apply_limits(args)
     proto_in, proto_out = os.dup(0), os.dup(1)
     import jax  # noqa: F401 - import before the first request so it is not timed

@@ -11,6 +11,20 @@ import resource
 import sys
 
 
+def parser(prog: str) -> argparse.ArgumentParser:
+    """The command line every sandboxed process takes: its scratch folder and its limits
+    (``grader.sandbox.Limits.worker_args`` writes them)."""
+    p = argparse.ArgumentParser(prog=prog)
+    p.add_argument("--scratch", required=True)
+    p.add_argument("--as-bytes", type=int)
+    p.add_argument("--fsize", type=int)
+    p.add_argument("--cpu", type=int)
+    p.add_argument("--nproc", type=int)
+    p.add_argument("--nofile", type=int)
+    p.add_argument("--pid-namespace", action="store_true", help="every process in /proc belongs to this sandbox")
+    return p
+
+
 def apply_limits(args: argparse.Namespace) -> None:
     """Lower this process's resource limits; the kernel inherits them."""
     pairs = [

@@ -12,7 +12,6 @@ Started as ``python -m grader.sandboxed.worker --scratch DIR [limits]`` by :mod:
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import signal
@@ -21,8 +20,9 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
+from grader.sandboxed import rlimits
 from grader.sandboxed.rlimits import apply_limits
 from grader.wire import messages, protocol
 
@@ -402,15 +402,22 @@ def _patch_reply_capture(runner: NotebookRunner) -> None:
     runner.client.on_cell_start = on_start
 
 
+_R = TypeVar("_R", bound=messages.Request)
+
+
+def _expect(proto_in: int, cls: type[_R]) -> _R | None:
+    """The host's next request, which must be a ``cls``; None (the worker exits) otherwise."""
+    header, _ = protocol.read_frame(proto_in)
+    try:
+        request = messages.decode_request(header, cls)
+    except messages.MessageError:
+        return None
+    assert isinstance(request, cls)
+    return request
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="grader.sandboxed.worker")
-    p.add_argument("--scratch", required=True)
-    p.add_argument("--as-bytes", type=int)
-    p.add_argument("--fsize", type=int)
-    p.add_argument("--cpu", type=int)
-    p.add_argument("--nproc", type=int)
-    p.add_argument("--nofile", type=int)
-    p.add_argument("--pid-namespace", action="store_true", help="every process in /proc belongs to this sandbox")
+    p = rlimits.parser("grader.sandboxed.worker")
     p.add_argument("--reserve-bytes", type=int, default=0, help="room held for requests while the notebook runs")
     args = p.parse_args(argv)
     apply_limits(args)
@@ -426,12 +433,9 @@ def main(argv: list[str] | None = None) -> int:
     sys.stderr = os.fdopen(2, "w", buffering=1)
 
     reserve = _reserve_space(os.path.join(args.scratch, ".jaxgrade", "reserve"), args.reserve_bytes)
-    header, _ = protocol.read_frame(proto_in)
-    try:
-        start = messages.decode_request(header, messages.Start)
-    except messages.MessageError:
+    start = _expect(proto_in, messages.Start)
+    if start is None:
         return 2
-    assert isinstance(start, messages.Start)
     runner = NotebookRunner(
         args.scratch, cell_timeout=start.cell_timeout, output_cap=start.output_cap, max_restarts=start.max_restarts
     )
@@ -446,12 +450,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     protocol.write_frame(proto_out, messages.Ready(startup=round(time.monotonic() - t0, 3)).encode())
 
-    header, _ = protocol.read_frame(proto_in)
-    try:
-        execute = messages.decode_request(header, messages.Execute)
-    except messages.MessageError:
+    execute = _expect(proto_in, messages.Execute)
+    if execute is None:
         return 2
-    assert isinstance(execute, messages.Execute)
     import nbformat
 
     nb = nbformat.read(os.path.join(args.scratch, execute.notebook), as_version=4)
