@@ -189,6 +189,31 @@ for how, fd in got:
 print(sorted(set(FOUND)))
 """
 
+NESTED_USERNS = r"""
+# A user namespace of one's own inside the sandbox: its root may mount, and reaches more of the
+# kernel.  Tried with `unshare -U`, unshare(2) and clone(2) with CLONE_NEWUSER, each in a fresh
+# single-threaded process (the kernel itself has threads, which unshare(CLONE_NEWUSER) refuses).
+import subprocess, sys
+FOUND = []
+TRIES = {
+    "unshare -U": ["unshare", "-U", "true"],
+    "unshare(2)": [sys.executable, "-c", "import ctypes, sys; sys.exit(ctypes.CDLL(None).unshare(0x10000000) != 0)"],
+    "clone(2)": [sys.executable, "-c", (
+        "import ctypes, os, sys\n"
+        "pid = ctypes.CDLL(None).syscall(56, 0x10000000 | 17, 0, 0, 0, 0)\n"  # CLONE_NEWUSER | SIGCHLD
+        "if pid == 0:\n    os._exit(0)\n"
+        "sys.exit(pid < 0 or os.waitpid(pid, 0)[1] != 0)"
+    )],
+}
+for how, cmd in TRIES.items():
+    try:
+        if subprocess.run(cmd, capture_output=True, timeout=20).returncode == 0:
+            FOUND.append(how)
+    except (OSError, subprocess.SubprocessError):
+        pass
+print(FOUND)
+"""
+
 PATCH_NUMPY = r"""
 import numpy as np, numpy.testing
 np.allclose = lambda *a, **k: True
@@ -353,6 +378,7 @@ def corpus() -> dict[str, dict]:
             + "\n    return 3 * x"
         ),
         "h_steal_worker_pipe": notebook(STEAL_WORKER_PIPE, IF_FOUND),
+        "h_nested_user_namespace": notebook(NESTED_USERNS, IF_FOUND),
         "h_patch_numpy": notebook(PATCH_NUMPY, WRONG),
         "h_patch_jax": notebook(PATCH_JAX, WRONG),
         "h_patch_pytest": notebook(PATCH_PYTEST, WRONG),
