@@ -220,7 +220,7 @@ class _Progress:
 
     def __init__(self, total: int, err: TextIO) -> None:
         self.total, self.err = total, err
-        self.done = self.errors = self.timeouts = self.lost = 0
+        self.done = self.errors = self.timeouts = self.lost = self.bugs = 0
         self.t0 = time.monotonic()
         self.elapsed = 0.0
         self.console = Console(file=err, highlight=False)
@@ -243,14 +243,16 @@ class _Progress:
         return self
 
     def _counts(self) -> str:
-        text = f"graded {self.done - self.errors - self.timeouts - self.lost}, errors {self.errors}, timeouts {self.timeouts}"
-        return text + (f", lost {self.lost}" if self.lost else "")
+        graded = self.done - self.errors - self.timeouts - self.lost - self.bugs
+        text = f"graded {graded}, errors {self.errors}, timeouts {self.timeouts}"
+        return text + (f", lost {self.lost}" if self.lost else "") + (f", grader bugs {self.bugs}" if self.bugs else "")
 
     def advance(self, rec: Record) -> None:
         self.done += 1
         self.errors += rec.status == "error"
         self.timeouts += rec.status == "timeout"
         self.lost += rec.status == "lost"
+        self.bugs += rec.status == "grader_error"
         line = f"{rec.student}: {rec.score:g}/{rec.max_score:g} {rec.status} ({rec.timings.get('total', 0):.1f}s)"
         if rec.status != "graded":
             line += f" — {rec.message[:120]}"

@@ -271,6 +271,7 @@ def test_a_grader_bug_in_one_submission_is_reported_and_the_batch_goes_on(
     assert "1 submission(s) not graded: grading them raised, a bug in jaxgrade (buggy)" in err
     assert "TIP: The traceback is in the log above." in err
     assert "buggy: 0/0 grader_error" in err and "KeyError: 'a grader bug'" in err  # the progress line
+    assert "graded 1, errors 0, timeouts 0, grader bugs 1" in err  # the progress counts
     assert "raise_for_buggy" in caplog.text and "Traceback" in caplog.text  # the whole traceback, in the log
     assert {k: r["status"] for k, r in results(tmp_path / "out").items()} == {"full": "graded"}
     assert gradebook_students(tmp_path / "out") == ["full"]  # not kept: the next run grades it
