@@ -63,7 +63,9 @@ def decode_payload(payload: str) -> dict[str, str]:
     try:
         data = json.loads(zlib.decompress(base64.b64decode(payload.encode("ascii"), validate=True)))
     except (ValueError, zlib.error, UnicodeEncodeError) as exc:
-        raise SelfCheckError(f"the first cell's payload is damaged ({exc}); download the starter notebook again") from None
+        raise SelfCheckError(
+            f"the first cell's payload is damaged ({exc}); download the starter notebook again"
+        ) from None
     if not isinstance(data, dict) or data.get("format") != PAYLOAD_FORMAT or not isinstance(data.get("files"), dict):
         raise SelfCheckError(
             f"the first cell's payload is not one this jaxgrade ({__version__}) reads; "
@@ -374,9 +376,7 @@ def render_html(rec: Record) -> str:
     if rec.message:
         parts.append(f"<p>note: {e(rec.message)}</p>")
     if rec.missing:
-        parts.append(
-            f"<p>missing: {e(', '.join(rec.missing))} (not defined when the notebook runs top to bottom)</p>"
-        )
+        parts.append(f"<p>missing: {e(', '.join(rec.missing))} (not defined when the notebook runs top to bottom)</p>")
     parts.append('<table style="border-collapse:collapse">')
     for t in rec.tests:
         mark = "PASS" if t.status == "passed" else ("ERROR" if t.status == "error" else "FAIL")

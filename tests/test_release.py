@@ -57,9 +57,14 @@ def secrets(name: str) -> tuple[set[str], set[str], set[str]]:
     a line of the solution, hidden tests or mutants that no student file has."""
     ref = ROOT / "reference" / name
     public = ROOT / "assignments" / name
-    shown = "\n".join(p.read_text() for p in public.rglob("*") if p.is_file() and p.suffix in (".py", ".yaml", ".ipynb"))
+    shown = "\n".join(
+        p.read_text() for p in public.rglob("*") if p.is_file() and p.suffix in (".py", ".yaml", ".ipynb")
+    )
     public_tests = {
-        n.name for p in (public / "tests").glob("*.py") for n in ast.walk(ast.parse(p.read_text())) if hasattr(n, "name")
+        n.name
+        for p in (public / "tests").glob("*.py")
+        for n in ast.walk(ast.parse(p.read_text()))
+        if hasattr(n, "name")
     }
     files = {p.name for p in ref.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
     hidden = {
@@ -195,9 +200,7 @@ def test_release_install_source(tmp_path: Path, install: str, ok: bool) -> None:
     )
 
 
-def test_check_outside_a_course_says_what_to_do(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_check_outside_a_course_says_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("grader.config.__file__", str(tmp_path / "pkg" / "grader" / "config.py"))
     monkeypatch.chdir(tmp_path)
     shutil.copy(ROOT / "assignments" / "vmap_convolve" / "vmap_convolve.ipynb", tmp_path / "hw.ipynb")

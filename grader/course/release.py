@@ -87,7 +87,7 @@ def setup_cell_source(name: str, install: str, payload: str) -> str:
     body = "\n".join(f'        "{c}"' for c in chunks)
     return (
         "# jaxgrade self-check: run this cell first. It installs the checker and loads this assignment's\n"
-        "# public tests; then run `jc.check()` in any cell (or `jc.check(\"function_name\")`).\n"
+        '# public tests; then run `jc.check()` in any cell (or `jc.check("function_name")`).\n'
         "import os as _os\n"
         "import types as _types\n"
         "\n"
