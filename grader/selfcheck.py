@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import difflib
 import html
 import inspect
 import io
@@ -285,7 +286,12 @@ class Checker:
     def run(self, function: str | None = None) -> Result:
         a = self.assignment
         if function is not None and function not in a.functions:
-            raise SelfCheckError(f"{function!r} is not a function of {a.name}; its functions: {', '.join(a.functions)}")
+            close = difflib.get_close_matches(function, a.functions, n=1)
+            raise SelfCheckError(
+                f"{function!r} is not a function of {a.name}"
+                + (f"; did you mean {close[0]!r}?" if close else "")
+                + f" Its functions: {', '.join(a.functions)}"
+            )
         session = LiveSession(a)
         sub = Submission(session, cast(LoadedNotebook, _live_notebook(a.functions)))
         only = (_OnlyFunction(function, a.functions),) if function else ()

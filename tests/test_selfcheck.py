@@ -17,7 +17,7 @@ from nbclient import NotebookClient
 from grader.cli import HIDDEN_TESTS_NOTE, main
 from grader.config import ReleaseConfig, load_course
 from grader.course.release import SETUP_TAG, build_release
-from grader.selfcheck import SelfCheckError, decode_payload, encode_payload, latest_cells, owner
+from grader.selfcheck import Checker, SelfCheckError, decode_payload, encode_payload, latest_cells, owner, run
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "corpus" / "vmap_convolve"
@@ -85,6 +85,21 @@ def test_payload_round_trip_and_damage() -> None:
         decode_payload(encode_payload(files)[:-8])
 
 
+def test_check_before_setup_or_of_an_unknown_function_says_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("grader.selfcheck._CHECKER", [])
+    with pytest.raises(SelfCheckError) as info:
+        run()
+    assert str(info.value) == "the self-check is not set up: run the notebook's first cell, then `jc.check()` again"
+    checker = Checker(load_course(ROOT).assignment("vmap_convolve", staff=False))
+    with pytest.raises(SelfCheckError) as info:
+        checker.run("batched_convolution")
+    assert str(info.value) == (
+        "'batched_convolution' is not a function of vmap_convolve; did you mean 'batched_convolve'? "
+        "Its functions: batched_convolve, "
+        "batched_convolve_shared_w, batched_convolve_axis1, fast_batched_convolve, manually_vectorized_convolve"
+    )
+
+
 def test_owner_of_a_test() -> None:
     assert owner("test_batched_convolve", FUNCTIONS) == "batched_convolve"
     assert owner("test_batched_convolve_shared_w", FUNCTIONS) == "batched_convolve_shared_w"
@@ -140,16 +155,15 @@ def test_same_verdicts_as_jaxgrade_check_in_the_bundle(
     monkeypatch.chdir(bundle)
     for kind, corpus in (("right", "correct_vmap"), ("wrong", "python_loop_over_batch")):
         nb = nbformat.read(bundle / "vmap_convolve.ipynb", as_version=4)
-        nb.cells = [nbformat.v4.new_code_cell(setup_source)] + [
-            nbformat.v4.new_code_cell(src) for src in code_cells(corpus)
-        ]
+        sources = [setup_source, *code_cells(corpus), "jc.check()"]
+        nb.cells = [nbformat.v4.new_code_cell(src) for src in sources]
         nbformat.write(nb, bundle / f"{kind}.ipynb")
         out = io.StringIO()
         code = main(["check", f"{kind}.ipynb", "--json"], out=out, err=io.StringIO())
         checked = json.loads(out.getvalue())
         live = json.loads(stream(colab[f"dump_{kind}"]))
         assert code == (0 if kind == "right" else 1)
-        assert checked["cells"] == []  # the first cell does nothing in the grader's sandbox
+        assert checked["cells"] == []  # the first cell and jc.check() do nothing in the grader's sandbox
         assert [_comparable(t) for t in live["tests"]] == [_comparable(t) for t in checked["tests"]]
     assert [t["status"] for t in live["tests"]].count("failed") == 1
     assert "In [" in next(t["message"] for t in live["tests"] if t["status"] == "failed")
