@@ -111,8 +111,8 @@ def test_cannot_see_reference_hidden_tests_outputs_or_other_submissions(jail, tm
         (other / "submission.ipynb").write_text("{}")
         hidden = [
             REPO / "reference",
-            REPO / "tests" / "test_sandbox.py",  # stands in for the hidden tests
-            REPO / "grader" / "session.py",  # the checkout itself (only grader/ is mounted, elsewhere)
+            REPO / "tests" / "host" / "test_sandbox.py",  # stands in for the hidden tests
+            REPO / "grader" / "host" / "session.py",  # the checkout itself (only grader/ is mounted, elsewhere)
             REPO / "grading.yaml",
             out_dir,
             result,
@@ -124,7 +124,7 @@ def test_cannot_see_reference_hidden_tests_outputs_or_other_submissions(jail, tm
         host_has = [p for p in hidden if p.exists()]
         # the test is only meaningful for what the host really has
         assert result in host_has and other / "submission.ipynb" in host_has
-        assert REPO / "tests" / "test_sandbox.py" in host_has
+        assert REPO / "tests" / "host" / "test_sandbox.py" in host_has
         seen = jail.call("exists", [str(p) for p in hidden]).value
         visible = [str(p) for p, s in zip(hidden, seen, strict=True) if s]
         assert visible == []
