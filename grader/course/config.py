@@ -52,22 +52,26 @@ class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+_DEFAULT = Limits()
+
+
 class LimitsConfig(_Model):
     """Resource limits of one submission's sandbox; in YAML every field is an optional override."""
 
-    cell_timeout: Seconds = 60.0
-    call_timeout: Seconds = 120.0
-    wall_timeout: Seconds = 900.0
-    memory_bytes: Count = 8 * GiB
-    max_processes: Count = 256
-    max_file_bytes: Annotated[Count, Field(gt=0)] = 64 * 1024**2
-    cpu_seconds: Annotated[Count, Field(gt=0)] = 1200
-    output_cap: Annotated[Count, Field(gt=0)] = 20_000
-    max_restarts: Annotated[Count, Field(ge=0)] = 3
-    memory_total_bytes: Annotated[Count, Field(ge=512 * 1024**2)] = 4 * GiB
-    pids_total: Annotated[Count, Field(ge=64)] = 512
-    cpu_weight: Annotated[Count, Field(ge=1, le=10_000)] = 100
-    scratch_bytes: Annotated[Count, Field(ge=64 * 1024**2)] = 512 * 1024**2
+    # the defaults are the sandbox's own (grader.host.sandbox.Limits), written down once there
+    cell_timeout: Seconds = _DEFAULT.cell_timeout
+    call_timeout: Seconds = _DEFAULT.call_timeout
+    wall_timeout: Seconds = _DEFAULT.wall_timeout
+    memory_bytes: Count = _DEFAULT.memory_bytes
+    max_processes: Count = _DEFAULT.max_processes
+    max_file_bytes: Annotated[Count, Field(gt=0)] = _DEFAULT.max_file_bytes
+    cpu_seconds: Annotated[Count, Field(gt=0)] = _DEFAULT.cpu_seconds
+    output_cap: Annotated[Count, Field(gt=0)] = _DEFAULT.output_cap
+    max_restarts: Annotated[Count, Field(ge=0)] = _DEFAULT.max_restarts
+    memory_total_bytes: Annotated[Count, Field(ge=512 * 1024**2)] = _DEFAULT.memory_total_bytes
+    pids_total: Annotated[Count, Field(ge=64)] = _DEFAULT.pids_total
+    cpu_weight: Annotated[Count, Field(ge=1, le=10_000)] = _DEFAULT.cpu_weight
+    scratch_bytes: Annotated[Count, Field(ge=64 * 1024**2)] = _DEFAULT.scratch_bytes
 
     @field_validator("memory_bytes")
     @classmethod
@@ -257,6 +261,9 @@ class Assignment:
     def version(self) -> str:
         """``<grader version>+<digest>``: changes when anything that decides a grade changes (the
         tests, the reference, the settings, the grader), so that resumed batches regrade."""
+        cached = self.__dict__.get("_version")  # once per run: a batch keys every row by it
+        if cached is not None:
+            return cached
         from grader import __version__
 
         h = hashlib.sha256()
@@ -278,7 +285,9 @@ class Assignment:
             if path.is_file():
                 h.update(path.relative_to(self.course.root).as_posix().encode() + b"\0")
                 h.update(hashlib.sha256(path.read_bytes()).digest())
-        return f"{__version__}+{h.hexdigest()[:16]}"
+        version = f"{__version__}+{h.hexdigest()[:16]}"
+        object.__setattr__(self, "_version", version)  # a frozen dataclass: set once, here
+        return version
 
 
 def combine_seeds(course_seed: int, assignment_seed: int) -> int:
