@@ -90,10 +90,11 @@ dependencies = [
 jaxgrade = "grader.cli:main"
 
 [tool.setuptools]
-packages = ["grader", "grader.sandboxed", "grader.wire"]
+packages = ["grader", "grader.course", "grader.publish", "grader.sandboxed", "grader.wire"]
 
 [tool.setuptools.package-data]
 grader = ["*.html", "*.ini", "*.css", "templates/*", "templates/**/*"]
+"grader.course" = ["templates/new/*"]
 """
 
 

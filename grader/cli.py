@@ -1,4 +1,5 @@
-"""The ``jaxgrade`` command line: ``check``, ``grade``, ``export``, ``gradescope``, ``validate``, ``list``.
+"""The ``jaxgrade`` command line: ``check``, ``grade``, ``export``, ``post``, ``gradescope``, ``new``,
+``validate``, ``list``.
 
 The library never prints; this module does.  ``main(argv) -> int`` is the testable entry point,
 and :func:`_fail` is the one place that turns an expected error into a message and a TIP.
@@ -21,6 +22,7 @@ from rich.table import Table
 
 from grader import __version__, exports
 from grader.config import Assignment, ConfigError, find_course_root, load_course
+from grader.course import scaffold
 from grader.gradebook import Gradebook, GradebookError
 from grader.intake import IntakeError, IntakeReport, collect
 from grader.notebook import NotebookError, load_notebook
@@ -353,7 +355,25 @@ def cmd_gradescope(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
-# --------------------------------------------------------------------------- validate / list
+# --------------------------------------------------------------------------- new / validate / list
+
+
+def cmd_new(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    course = load_course(_course(args))
+    try:
+        functions = scaffold.parse_functions(args.functions, args.name)
+        paths = scaffold.create(course, args.name, functions=functions, title=args.title)
+    except scaffold.ScaffoldError as exc:
+        raise CliError(exc.message, exc.tip) from None
+    print(f"new assignment {args.name} ({', '.join(functions)}):", file=out)
+    for path in paths:
+        print(f"  {path.relative_to(course.root).as_posix()}", file=out)
+    print(
+        f"next: write what the {scaffold.TODO_MARK} lines ask for, the reference and the mutant, then run "
+        f"`jaxgrade validate {args.name}`: it lists what is left, then grades the reference, the mutant and the starter.",
+        file=out,
+    )
+    return EXIT_OK
 
 
 def cmd_validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -446,6 +466,12 @@ def build_parser() -> argparse.ArgumentParser:
     gs.add_argument("name")
     gs.add_argument("--out", required=True, help="the zip to write, e.g. autograder.zip")
     gs.set_defaults(func=cmd_gradescope)
+
+    n = sub.add_parser("new", help="start a new assignment: starter, tests, reference stub, a mutant (authors)")
+    n.add_argument("name", help="the assignment's name, a Python identifier (names its directories)")
+    n.add_argument("--functions", metavar="F,G", help="the functions students write (default: one named NAME)")
+    n.add_argument("--title", help="the title students see (default: from NAME)")
+    n.set_defaults(func=cmd_new)
 
     v = sub.add_parser("validate", help="check an assignment: reference full marks, mutants caught, starter ~0")
     v.add_argument("name")
