@@ -27,6 +27,7 @@ from grader.gradebook import Gradebook, GradebookError
 from grader.intake import IntakeError, IntakeReport, collect
 from grader.notebook import NotebookError, load_notebook
 from grader.output import write_atomic
+from grader.publish import canvas
 from grader.record import Record
 from grader.sandbox import SandboxSetupError, choose_isolation, isolation_warning, resource_warning
 
@@ -285,7 +286,8 @@ def _summary(records: list[Record], elapsed: float, graded_now: int, out_dir: Pa
 EXPORT_FILES = {"canvas": "canvas-{name}.csv", "moodle": "moodle-{name}.csv", "csv": "grades-{name}.csv"}
 
 
-def cmd_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def _graded(args: argparse.Namespace) -> tuple[exports.ExportMeta, list[Record]]:
+    """The assignment (``--assignment``, or the only one) and its current records in ``--from DIR``'s gradebook."""
     src = Path(args.source)
     db = src / "gradebook.db"
     if not db.is_file():
@@ -320,6 +322,13 @@ def cmd_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     meta = exports.ExportMeta(
         name=name, title=title, points_possible=info.points_possible, canvas_id=canvas_id, moodle_id=moodle_id
     )
+    return meta, records
+
+
+def cmd_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    src = Path(args.source)
+    meta, records = _graded(args)
+    name = meta.name
     try:
         if args.format == "gradescope":
             target = Path(args.out) if args.out else src / f"gradescope-{name}"
@@ -342,6 +351,55 @@ def cmd_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     target = Path(args.out) if args.out else src / EXPORT_FILES[args.format].format(name=name)
     write_atomic(target, text)
     print(f"wrote {args.format} grades of {len(records)} student(s) for {name} to {target}", file=err)
+    return EXIT_OK
+
+
+def cmd_post_canvas(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    course = load_course(_course(args))
+    settings = course.canvas
+    if settings is None:
+        raise CliError(
+            "grading.yaml has no canvas: settings, so jaxgrade does not know where to post",
+            'Add to grading.yaml:  canvas: {base_url: "https://canvas.example.edu", course_id: "1234"}  '
+            "(the number in the course's Canvas address).",
+        )
+    meta, records = _graded(args)
+    if not meta.canvas_id:
+        raise CliError(
+            f"assignment {meta.name!r} has no Canvas id",
+            f'Add canvas_id: "<id>" under assignments.{meta.name} in grading.yaml (the number in the Canvas '
+            "assignment's address, .../assignments/<id>).",
+        )
+    todo = canvas.plan(records, meta, comment=args.comment)
+    token = os.environ.get(settings.token_env, "").strip()
+    if not token and not args.dry_run:
+        raise CliError(
+            f"no Canvas token: the environment variable {settings.token_env} is not set",
+            f"Create a token in Canvas (Account > Settings > New access token) and set it for this shell only: "
+            f"`read -rs {settings.token_env} && export {settings.token_env}`. Never write it into the course.",
+        )
+    client = canvas.CanvasClient(settings.base_url, token, token_env=settings.token_env) if token else None
+    try:
+        if client is not None:
+            todo = canvas.with_current(todo, client.current_grades(settings.course_id or "", todo.assignment_id))
+        where = f"Canvas course {settings.course_id}, assignment {todo.assignment_id} ({meta.name})"
+        print(f"{where}: {len(records)} student(s) in the gradebook", file=out)
+        for line in todo.lines():
+            print(line, file=out)
+        if args.dry_run:
+            known = "" if client else f" (current grades not read: {settings.token_env} is not set)"
+            print(f"dry run: {len(todo.to_post)} grade(s) would be posted{known}; nothing was sent", file=out)
+            return EXIT_OK
+        if not todo.to_post:
+            print("nothing to post: Canvas already has these grades", file=out)
+            return EXIT_OK
+        assert client is not None
+        job = canvas.post(client, settings.course_id or "", todo)
+    except canvas.CanvasError as exc:  # Canvas refused or failed: not a usage error
+        print(f"jaxgrade: error: {exc.message}", file=err)
+        print(f"TIP: {exc.tip}", file=err)
+        return EXIT_FAIL
+    print(f"posted {len(todo.to_post)} grade(s) to {where}: Canvas job {job.get('id')} completed", file=out)
     return EXIT_OK
 
 
@@ -461,6 +519,17 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--assignment", help="which assignment, when the gradebook holds several")
     e.add_argument("--out", help="output file ('-' for stdout; a directory for gradescope); default: in DIR")
     e.set_defaults(func=cmd_export)
+
+    po = sub.add_parser("post", help="post grades to an LMS through its API")
+    lms = po.add_subparsers(dest="lms", required=True, metavar="LMS")
+    pc = lms.add_parser("canvas", help="post the gradebook's current scores to Canvas (canvas: in grading.yaml)")
+    pc.add_argument("--from", dest="source", required=True, metavar="DIR", help="the --out directory of `grade`")
+    pc.add_argument("--assignment", help="which assignment, when the gradebook holds several")
+    pc.add_argument(
+        "--comment", action="store_true", help="add a comment with each student's feedback summary to a posted grade"
+    )
+    pc.add_argument("--dry-run", action="store_true", help="show what would change in Canvas and send nothing")
+    pc.set_defaults(func=cmd_post_canvas)
 
     gs = sub.add_parser("gradescope", help="build a Gradescope autograder zip for an assignment")
     gs.add_argument("name")
