@@ -425,7 +425,7 @@ def cmd_new(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise CliError(exc.message, exc.tip) from None
     print(f"new assignment {args.name} ({', '.join(functions)}):", file=out)
     for path in paths:
-        print(f"  {path.relative_to(course.root).as_posix()}", file=out)
+        print(f"  {path.relative_to(course.root).as_posix():44} {scaffold.describe(path)}", file=out)
     print(
         f"next: write what the {scaffold.TODO_MARK} lines ask for, the reference and the mutant, then run "
         f"`jaxgrade validate {args.name}`: it lists what is left, then grades the reference, the mutant and the starter.",

@@ -51,15 +51,18 @@ TODOS_FG = [
 def test_new_writes_a_loadable_assignment_and_validate_lists_what_is_left(course: Path) -> None:
     code, out, _ = run(course, "new", "softmax", "--functions", "f, g", "--title", "Softmax, stably")
     assert code == 0
-    assert out.splitlines()[1:8] == [
-        "  assignments/softmax/assignment.yaml",
-        "  assignments/softmax/softmax.ipynb",
-        "  assignments/softmax/tests/test_public.py",
-        "  reference/softmax/mutants/wrong_numbers.py",
-        "  reference/softmax/solution.py",
-        "  reference/softmax/tests/test_hidden.py",
-        "  grading.yaml",
+    assert [line.split()[0] for line in out.splitlines()[1:8]] == [
+        "assignments/softmax/assignment.yaml",
+        "assignments/softmax/softmax.ipynb",
+        "assignments/softmax/tests/test_public.py",
+        "reference/softmax/mutants/wrong_numbers.py",
+        "reference/softmax/solution.py",
+        "reference/softmax/tests/test_hidden.py",
+        "grading.yaml",
     ]
+    assert (
+        out.splitlines()[7] == "  grading.yaml                                 the new entry at the end of assignments:"
+    )
     a = load_course(course).assignment("softmax")
     assert (a.title, a.functions) == ("Softmax, stably", ("f", "g"))
     assert load_notebook(a.starter).assignment == "softmax"

@@ -24,6 +24,15 @@ from grader.output import write_atomic
 
 TODO_MARK = "TODO(jaxgrade)"  # what the author must write; the starter's student TODOs are plain "TODO:"
 STARTER_IMPORTS = ("jax", "jnp", "np")  # names the starter notebook binds; a function may not shadow them
+WHAT = {  # what each written file is, by its name, for the command's listing
+    ASSIGNMENT_FILE: "name, title, notebook, functions, seed",
+    ".ipynb": "the starter: metadata, an introduction, a stub per function",
+    "test_public.py": "a public test per function (fixed input, expected value by hand)",
+    "wrong_numbers.py": "one mutant: a copy of the reference with one bug (fails=numerics)",
+    "solution.py": "the reference solution: a stub per function",
+    "test_hidden.py": "hidden tests per function: reference numbers on random inputs, under jit",
+    COURSE_FILE: "the new entry at the end of assignments:",
+}
 
 
 class ScaffoldError(Exception):
@@ -253,6 +262,11 @@ def create(course: Course, name: str, *, functions: tuple[str, ...], title: str 
             shutil.rmtree(folder, ignore_errors=True)
         raise
     return [*sorted(files), root / COURSE_FILE]
+
+
+def describe(path: Path) -> str:
+    """What the scaffold's file ``path`` holds (see :data:`WHAT`)."""
+    return next((text for end, text in WHAT.items() if path.name.endswith(end)), "")
 
 
 # --------------------------------------------------------------------------- what is left (for validate)
