@@ -21,7 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from grader import __version__, exports
-from grader.config import Assignment, ConfigError, find_course_root, load_course
+from grader.config import Assignment, CanvasConfig, ConfigError, find_course_root, load_course
 from grader.course import scaffold
 from grader.gradebook import Gradebook, GradebookError
 from grader.intake import IntakeError, IntakeReport, collect
@@ -354,15 +354,30 @@ def cmd_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
-def cmd_post_canvas(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    course = load_course(_course(args))
-    settings = course.canvas
+def _canvas_settings(args: argparse.Namespace) -> CanvasConfig:
+    settings = load_course(_course(args)).canvas
     if settings is None:
         raise CliError(
             "grading.yaml has no canvas: settings, so jaxgrade does not know where to post",
             'Add to grading.yaml:  canvas: {base_url: "https://canvas.example.edu", course_id: "1234"}  '
             "(the number in the course's Canvas address).",
         )
+    return settings
+
+
+def _canvas_token(settings: CanvasConfig, *, required: bool) -> str:
+    token = os.environ.get(settings.token_env, "").strip()
+    if not token and required:
+        raise CliError(
+            f"no Canvas token: the environment variable {settings.token_env} is not set",
+            f"Create a token in Canvas (Account > Settings > New access token) and set it for this shell only: "
+            f"`read -rs {settings.token_env} && export {settings.token_env}`. Never write it into the course.",
+        )
+    return token
+
+
+def cmd_post_canvas(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    settings = _canvas_settings(args)
     meta, records = _graded(args)
     if not meta.canvas_id:
         raise CliError(
@@ -371,18 +386,13 @@ def cmd_post_canvas(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             "assignment's address, .../assignments/<id>).",
         )
     todo = canvas.plan(records, meta, comment=args.comment)
-    token = os.environ.get(settings.token_env, "").strip()
-    if not token and not args.dry_run:
-        raise CliError(
-            f"no Canvas token: the environment variable {settings.token_env} is not set",
-            f"Create a token in Canvas (Account > Settings > New access token) and set it for this shell only: "
-            f"`read -rs {settings.token_env} && export {settings.token_env}`. Never write it into the course.",
-        )
+    token = _canvas_token(settings, required=not args.dry_run)
     client = canvas.CanvasClient(settings.base_url, token, token_env=settings.token_env) if token else None
+    course_id = settings.course_id or ""
+    where = f"Canvas course {course_id}, assignment {todo.assignment_id} ({meta.name})"
     try:
         if client is not None:
-            todo = canvas.with_current(todo, client.current_grades(settings.course_id or "", todo.assignment_id))
-        where = f"Canvas course {settings.course_id}, assignment {todo.assignment_id} ({meta.name})"
+            todo = canvas.with_current(todo, client.current_grades(course_id, todo.assignment_id))
         print(f"{where}: {len(records)} student(s) in the gradebook", file=out)
         for line in todo.lines():
             print(line, file=out)
@@ -390,11 +400,10 @@ def cmd_post_canvas(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             known = "" if client else f" (current grades not read: {settings.token_env} is not set)"
             print(f"dry run: {len(todo.to_post)} grade(s) would be posted{known}; nothing was sent", file=out)
             return EXIT_OK
-        if not todo.to_post:
+        if not todo.to_post or client is None:
             print("nothing to post: Canvas already has these grades", file=out)
             return EXIT_OK
-        assert client is not None
-        job = canvas.post(client, settings.course_id or "", todo)
+        job = canvas.post(client, course_id, todo)
     except canvas.CanvasError as exc:  # Canvas refused or failed: not a usage error
         print(f"jaxgrade: error: {exc.message}", file=err)
         print(f"TIP: {exc.tip}", file=err)
@@ -526,7 +535,9 @@ def build_parser() -> argparse.ArgumentParser:
     pc.add_argument("--from", dest="source", required=True, metavar="DIR", help="the --out directory of `grade`")
     pc.add_argument("--assignment", help="which assignment, when the gradebook holds several")
     pc.add_argument(
-        "--comment", action="store_true", help="add a comment with each student's feedback summary to a posted grade"
+        "--comment",
+        action="store_true",
+        help="with each grade posted, a comment: the student's feedback summary (only grades that differ from Canvas's are posted)",
     )
     pc.add_argument("--dry-run", action="store_true", help="show what would change in Canvas and send nothing")
     pc.set_defaults(func=cmd_post_canvas)

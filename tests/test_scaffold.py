@@ -165,3 +165,16 @@ def test_add_entry_to_an_empty_mapping_and_refuses_flow_style() -> None:
     assert yaml.safe_load(add_entry("course: c\nassignments:\n", "b"))["assignments"] == {"b": None}
     with pytest.raises(ScaffoldError, match=r"written on one line"):
         add_entry("assignments: {a: {}}\n", "b")
+
+
+def test_new_refuses_a_one_line_assignments_mapping_before_writing_anything(tmp_path: Path) -> None:
+    root = tmp_path / "c"
+    (root / "assignments").mkdir(parents=True)
+    (root / "grading.yaml").write_text("course: c  # kept\nassignments: {}\n")
+    code, _, err = run(root, "new", "fresh")
+    assert code == 2
+    assert err.splitlines() == [
+        "jaxgrade: error: grading.yaml: assignments: written on one line ({...}), which jaxgrade new does not edit",
+        "TIP: Write assignments: as one entry per line (see the README), or add `fresh: {}` to it yourself.",
+    ]
+    assert not (root / "assignments" / "fresh").exists() and not (root / "reference").exists()
