@@ -19,8 +19,8 @@ import jinja2
 import nbformat
 import yaml
 
-from grader.config import ASSIGNMENT_FILE, COURSE_FILE, Assignment, ConfigError, Course, course_from_data
-from grader.output import write_atomic
+from grader.course.config import ASSIGNMENT_FILE, COURSE_FILE, Assignment, ConfigError, Course, course_from_data
+from grader.publish.output import write_atomic
 
 TODO_MARK = "TODO(jaxgrade)"  # what the author must write; the starter's student TODOs are plain "TODO:"
 STARTER_IMPORTS = ("jax", "jnp", "np")  # names the starter notebook binds; a function may not shadow them

@@ -30,8 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from grader.exports import ExportMeta, canvas_user_id, one_per_student, summary
-from grader.record import Record, format_score
+from grader.grading.record import Record, format_score
+from grader.publish.exports import ExportMeta, canvas_user_id, one_per_student, summary
 
 log = logging.getLogger(__name__)
 
