@@ -11,13 +11,23 @@ import math
 import re
 import types
 import typing
+import urllib.parse
 from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import yaml
-from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from grader.host.sandbox import Limits
@@ -27,6 +37,8 @@ COURSE_FILE = "grading.yaml"
 ASSIGNMENT_FILE = "assignment.yaml"
 M = TypeVar("M", bound=BaseModel)
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]*$")  # an assignment name is also a directory name
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")  # where plain http is allowed (a test server)
 
 
 class ConfigError(Exception):
@@ -156,6 +168,53 @@ class AssignmentEntry(_Model):
     late_policy: LatePolicy | None = None
 
 
+class CanvasConfig(_Model):
+    """``canvas:`` in ``grading.yaml``: where ``jaxgrade post canvas`` posts grades.  The access
+    token is never part of the course: it is read from the environment variable ``token_env``."""
+
+    base_url: str
+    course_id: LmsId
+    token_env: str = "CANVAS_TOKEN"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_token(cls, data: Any) -> Any:
+        if isinstance(data, dict) and any(key in data for key in ("token", "access_token", "api_key")):
+            raise PydanticCustomError(
+                "jaxgrade_token",
+                "a token never goes in grading.yaml (it would be committed with the course); remove it, "
+                "and set the environment variable named by token_env (default CANVAS_TOKEN) instead",
+            )
+        return data
+
+    @field_validator("base_url")
+    @classmethod
+    def _https(cls, value: str) -> str:
+        url = urllib.parse.urlsplit(value.strip())
+        loopback = url.scheme == "http" and url.hostname in LOOPBACK_HOSTS
+        if url.scheme != "https" and not loopback:
+            raise ValueError(f"expected an https:// address (the token must not travel in clear text), got {value!r}")
+        if not url.hostname or url.username or url.password or url.query or url.fragment or url.path not in ("", "/"):
+            raise ValueError(
+                f"expected the address of the Canvas site alone, like https://canvas.example.edu, got {value!r}"
+            )
+        return f"{url.scheme}://{url.netloc}"
+
+    @field_validator("course_id")
+    @classmethod
+    def _digits(cls, value: str | None) -> str | None:
+        if value is None or not value.isdigit():
+            raise ValueError(f"expected the number in the course's Canvas URL (.../courses/<id>), got {value!r}")
+        return value
+
+    @field_validator("token_env")
+    @classmethod
+    def _env_name(cls, value: str) -> str:
+        if not _ENV_NAME.match(value):
+            raise ValueError(f"expected the name of an environment variable, like CANVAS_TOKEN, got {value!r}")
+        return value
+
+
 class Course(_Model):
     """``grading.yaml``; ``root`` is the directory that contains it."""
 
@@ -164,6 +223,7 @@ class Course(_Model):
     seed: Count = 0
     limits: LimitsConfig = LimitsConfig()
     late_policy: LatePolicy = LatePolicy()
+    canvas: CanvasConfig | None = None
     assignments: dict[str, AssignmentEntry]
 
     @field_validator("assignments", mode="before")
@@ -317,7 +377,11 @@ def find_course_root(start: Path | None = None) -> Path:
 def load_course(root: Path | None = None) -> Course:
     """Read ``root/grading.yaml`` (``root`` defaults to :func:`find_course_root`)."""
     root = find_course_root() if root is None else Path(root).resolve()
-    data = _read_yaml(root / COURSE_FILE, root)
+    return course_from_data(_read_yaml(root / COURSE_FILE, root), root)
+
+
+def course_from_data(data: dict[str, Any], root: Path) -> Course:
+    """The course from ``grading.yaml``'s parsed ``data`` (``jaxgrade new`` checks an edit with it)."""
     if "root" in data:
         raise ConfigError(f"{COURSE_FILE}: root: unknown key (the course root is the directory holding {COURSE_FILE})")
     return _validate(Course, {**data, "root": root}, COURSE_FILE)

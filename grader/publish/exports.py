@@ -199,6 +199,13 @@ def summary(record: Record) -> str:
 # --------------------------------------------------------------------------- Canvas
 
 
+def canvas_user_id(record: Record) -> str:
+    """The Canvas user id of ``record``'s student, "" when its identity is not from Canvas (an id
+    from another system could be another Canvas user's)."""
+    ident = record.identity
+    return ident.get("id", "") if ident.get("lms") == "canvas" else ""
+
+
 def canvas_csv(records: list[Record], meta: ExportMeta) -> str:
     """Canvas's gradebook import CSV for one assignment (see the module docstring)."""
     if not meta.canvas_id:
@@ -214,11 +221,10 @@ def canvas_csv(records: list[Record], meta: ExportMeta) -> str:
     ]
     for r in one_per_student(records):
         ident = r.identity
-        canvas_id = ident.get("id", "") if ident.get("lms") == "canvas" else ""
         rows.append(
             [
                 _cell(_name(r)),
-                _cell(canvas_id),
+                _cell(canvas_user_id(r)),
                 _cell(ident.get("sis_id", "")),
                 _cell(ident.get("sis_login_id", "")),
                 _cell(ident.get("section", "")),
@@ -460,6 +466,7 @@ __all__ = [
     "ExportError",
     "ExportMeta",
     "canvas_csv",
+    "canvas_user_id",
     "format_score",
     "gradescope_json",
     "gradescope_results",
