@@ -28,7 +28,7 @@ from nbclient import NotebookClient
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from grader.config import load_course  # noqa: E402 - after the checkout is on the path
+from grader.course.config import load_course  # noqa: E402 - after the checkout is on the path
 from grader.course.release import SETUP_TAG, build_release  # noqa: E402
 
 FAKE_PIP = "get_ipython().register_magic_function(lambda line: None, 'line', 'pip')"

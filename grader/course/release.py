@@ -23,8 +23,8 @@ import nbformat
 import yaml
 
 from grader import __version__
-from grader.config import ASSIGNMENT_FILE, COURSE_FILE, Assignment, Course
-from grader.output import atomic_target
+from grader.course.config import ASSIGNMENT_FILE, COURSE_FILE, Assignment, Course
+from grader.publish.output import atomic_target
 from grader.selfcheck import encode_payload
 
 MARKER = ".jaxgrade-release"  # in every bundle: a folder with it may be replaced by a new release
