@@ -1,0 +1,386 @@
+"""Isolation: what student code inside the sandbox can see, write, reach and leave behind.
+
+The bwrap tests are skipped where bubblewrap does not work; the process-isolation fallback is
+tested for what it promises (limits, cleanup, a visible warning), not for confinement.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from grader.host import sandbox
+from grader.host.sandbox import Limits, isolation_warning
+from grader.host.session import Session
+
+REPO = Path(__file__).resolve().parents[2]
+REQUIRE_BWRAP = os.environ.get("JAXGRADE_REQUIRE_BWRAP", "") not in ("", "0")  # CI: fail, never skip
+HAVE_BWRAP = sandbox.bwrap_status()[0] is not None or REQUIRE_BWRAP
+needs_bwrap = pytest.mark.skipif(not HAVE_BWRAP, reason=f"bwrap unavailable: {sandbox.bwrap_status()[1]}")
+AS_ROOT = os.geteuid() == 0
+
+LIMITS = Limits(cell_timeout=20, call_timeout=10)
+
+
+def find_processes(token: str) -> list[int]:
+    """Host pids whose command line contains ``token``."""
+    needle = token.encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if needle in f.read():
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def wait_for(predicate, timeout: float = 10.0, interval: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval)
+
+
+def reap(pids: list[int]) -> None:
+    """Last-resort cleanup of processes this test caused, so a failure does not leak them."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def started(notebook_json: str, isolation: str, limits: Limits = LIMITS) -> Session:
+    s = Session(notebook_json, limits=limits, isolation=isolation)
+    s.start()
+    report = s.execute()
+    assert report.ok, report.message
+    return s
+
+
+@pytest.fixture(scope="module")
+def jail(notebook_text):
+    """One bwrap sandbox running tests/notebooks/probes.ipynb."""
+    if not HAVE_BWRAP:
+        pytest.skip("bwrap unavailable")
+    s = started(notebook_text("probes.ipynb"), "bwrap")
+    assert [c.status for c in s.report.cells] == ["ok"], [c.as_dict() for c in s.report.cells]
+    yield s
+    s.close()
+
+
+# --------------------------------------------------------------------------- bwrap confinement
+
+
+@needs_bwrap
+def test_runs_as_a_different_uid(jail):
+    uid, euid, gid, egid = jail.call("ids").value
+    assert uid != os.getuid() and euid != os.geteuid()
+    assert uid != 0 and euid != 0 and gid != 0 and egid != 0
+    if AS_ROOT:  # a host uid of its own, from the sandbox range
+        assert uid == euid == gid == egid
+        assert sandbox.SANDBOX_UID_BASE <= uid < sandbox.SANDBOX_UID_BASE + sandbox.SANDBOX_UID_COUNT
+    # its /etc/passwd names that uid (tools that look up the user work) and is not the host's
+    passwd = jail.call("try_read", "/etc/passwd").value
+    assert passwd.startswith(f"student:x:{uid}:"), passwd
+    assert "root:" not in passwd
+
+
+@needs_bwrap
+def test_cannot_see_reference_hidden_tests_outputs_or_other_submissions(jail, tmp_path):
+    out_dir = tmp_path / "out"
+    (out_dir / "results").mkdir(parents=True)
+    result = out_dir / "results" / "alice.json"
+    result.write_text('{"score": 10}')
+    other = sandbox.make_scratch("jaxgrade-sub-")  # another student's submission
+    try:
+        (other / "submission.ipynb").write_text("{}")
+        hidden = [
+            REPO / "reference",
+            REPO / "tests" / "host" / "test_sandbox.py",  # stands in for the hidden tests
+            REPO / "grader" / "host" / "session.py",  # the checkout itself (only grader/ is mounted, elsewhere)
+            REPO / "grading.yaml",
+            out_dir,
+            result,
+            other / "submission.ipynb",
+            jail.scratch,  # the host path of its own scratch
+            Path("/root/.ssh"),
+            Path("/etc/shadow"),
+        ]
+        host_has = [p for p in hidden if p.exists()]
+        # the test is only meaningful for what the host really has
+        assert result in host_has and other / "submission.ipynb" in host_has
+        assert REPO / "tests" / "host" / "test_sandbox.py" in host_has
+        seen = jail.call("exists", [str(p) for p in hidden]).value
+        visible = [str(p) for p, s in zip(hidden, seen, strict=True) if s]
+        assert visible == []
+        assert jail.call("try_read", str(result)).value.startswith("refused")
+        # what it does see: its own scratch and the read-only sandbox side of the grader package
+        # (grader/sandboxed and grader/wire), not its trusted side (grader/grading/checks.py...)
+        seen = jail.call(
+            "exists",
+            [
+                "/sandbox/submission.ipynb",
+                "/opt/jaxgrade/grader/sandboxed/kernel_side.py",
+                "/opt/jaxgrade/grader/wire/protocol.py",
+                "/opt/jaxgrade/grader/grading/checks.py",
+                "/opt/jaxgrade/grader/host/session.py",
+            ],
+        ).value
+        assert seen == [True, True, True, False, False]
+    finally:
+        import shutil
+
+        shutil.rmtree(other, ignore_errors=True)
+
+
+@needs_bwrap
+def test_cannot_write_outside_its_scratch(jail, tmp_path):
+    tag = "jg-canary-" + uuid.uuid4().hex[:12]
+    canary = tmp_path / "canary.txt"
+    canary.write_text("original")
+    os.chmod(tmp_path, 0o777)  # even if it could see it, permissions would not stop it
+    os.chmod(canary, 0o666)
+    site = next(p for p in sys.path if p.endswith("site-packages"))
+    # (path inside the sandbox, host path that must stay untouched)
+    targets = [
+        (str(canary), None),
+        (f"/usr/{tag}", f"/usr/{tag}"),
+        (f"/usr/lib/{tag}", f"/usr/lib/{tag}"),
+        (f"/opt/jaxgrade/grader/{tag}", str(REPO / "grader" / tag)),
+        (f"/opt/jaxgrade/grader/sandboxed/{tag}", str(REPO / "grader" / "sandboxed" / tag)),
+        (f"/opt/jaxgrade/grader/wire/{tag}", str(REPO / "grader" / "wire" / tag)),
+        (f"/opt/jaxgrade/{tag}", None),
+        (f"{sys.prefix}/{tag}", f"{sys.prefix}/{tag}"),
+        (f"{site}/{tag}.pth", f"{site}/{tag}.pth"),
+        (f"{os.path.realpath(sys.base_prefix)}/{tag}", f"{os.path.realpath(sys.base_prefix)}/{tag}"),
+        (f"/etc/{tag}", f"/etc/{tag}"),
+        (f"/{tag}", f"/{tag}"),
+        (str(REPO / tag), str(REPO / tag)),
+        (f"/proc/{tag}", None),
+        ("/etc/ld.so.cache", None),
+    ]
+    host_paths = [Path(h) for _, h in targets if h]
+    try:
+        results = jail.call("try_write", [t for t, _ in targets]).value
+        written = [t for (t, _), r in zip(targets, results, strict=True) if r == "written"]
+        assert written == [], results
+        made = jail.call("try_mkdir", [f"/usr/{tag}.d", f"/opt/{tag}.d", str(REPO / f"{tag}.d")]).value
+        assert all(r.startswith("refused") for r in made), made
+        # its /tmp is its own: writing there works and does not reach the host's /tmp
+        assert jail.call("try_write", [f"/tmp/{tag}", f"/sandbox/{tag}"]).value == ["written", "written"]
+        assert not Path(f"/tmp/{tag}").exists()
+        assert (jail.scratch / tag).read_text() == "pwned"
+        assert canary.read_text() == "original"
+        assert [p for p in host_paths if p.exists()] == []
+        assert not Path(f"/usr/{tag}.d").exists() and not (REPO / f"{tag}.d").exists()
+    finally:
+        for p in [*host_paths, Path(f"/tmp/{tag}"), Path(f"/usr/{tag}.d"), REPO / f"{tag}.d"]:
+            if p.is_dir():
+                p.rmdir()
+            elif p.exists():
+                p.unlink()
+
+
+@needs_bwrap
+def test_has_no_network(jail):
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.bind(("127.0.0.1", 0))
+    server.listen(5)
+    server.settimeout(0.5)
+    port = server.getsockname()[1]
+    try:
+        # the host's loopback is reachable from here...
+        probe = socket.create_connection(("127.0.0.1", port), timeout=2)
+        server.accept()[0].close()
+        probe.close()
+        # ...but not from the sandbox
+        local = jail.call("try_connect", "127.0.0.1", port).value
+        assert local.startswith("refused"), local
+        with pytest.raises(socket.timeout):
+            server.accept()
+        remote = jail.call("try_connect", "1.1.1.1", 53).value
+        assert remote.startswith("refused"), remote
+    finally:
+        server.close()
+
+
+@needs_bwrap
+def test_fork_bomb_hits_the_process_limit_without_hurting_the_grader(make_notebook):
+    token = str(uuid.uuid4().int)[:15]
+    limits = Limits(cell_timeout=60, call_timeout=10)  # max_processes: 256
+    nb = make_notebook(
+        "import subprocess\nprocs = []",
+        f"for i in range(1000):\n    procs.append(subprocess.Popen(['sleep', '600', '0.{token}']))",
+        "def alive(x):\n    return x + 1",
+    )
+    s = started(nb, "bwrap", limits)
+    leftovers: list[int] = []
+    try:
+        cells = {c.index: c for c in s.report.cells}
+        bomb = cells[1]
+        assert bomb.status == "error", bomb.as_dict()
+        assert bomb.ename in ("BlockingIOError", "OSError", "PermissionError"), bomb.as_dict()
+        assert bomb.location is not None and bomb.location.cell == 1
+        # what the bomb started was killed (and reaped) after its cell, and the record says so
+        assert 0 < bomb.strays < limits.max_processes, bomb.as_dict()
+        assert find_processes(token) == []
+        # the grader is unaffected: it can still start processes, and the sandbox still answers
+        assert subprocess.run(["true"]).returncode == 0
+        assert cells[2].status == "ok"
+        assert s.call("alive", 1).value == 2
+    finally:
+        s.close()
+        leftovers = wait_for(lambda: not find_processes(token), timeout=10) or find_processes(token)
+        reap(find_processes(token))
+    assert leftovers is True, f"sandbox processes survived close(): {leftovers}"
+
+
+# --------------------------------------------------------------------------- both isolation modes
+
+
+@pytest.mark.parametrize("isolation", ["bwrap", "process"])
+def test_no_process_survives_close(notebook_text, isolation):
+    if isolation == "bwrap" and not HAVE_BWRAP:
+        pytest.skip("bwrap unavailable")
+    token = "jgtok-" + uuid.uuid4().hex
+    s = started(notebook_text("probes.ipynb"), isolation)
+    try:
+        # both a detached child and a double-forked daemon ran inside the call...
+        # (a third may be seen for an instant: the daemon's first fork, about to exit)
+        assert s.call("spawn_leftovers", token).value >= 2
+        # ...and the worker killed them as soon as the call was answered
+        assert wait_for(lambda: not find_processes(token), timeout=10), find_processes(token)
+        assert s.call("add", 1, 2).value == 3
+        worker_pid = s.worker.pid
+    finally:
+        s.close()
+    try:
+        assert wait_for(lambda: not find_processes(token), timeout=10), find_processes(token)
+        assert b"grader.sandboxed.worker" not in _cmdline(worker_pid)
+        assert s.scratch is not None and not s.scratch.exists()
+    finally:
+        reap(find_processes(token))
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def test_process_isolation_warns_and_still_works(notebook_text):
+    warning = isolation_warning("process")
+    assert isinstance(warning, str) and warning.strip()
+    assert "WARNING" in warning and "network" in warning
+    assert isolation_warning("bwrap") is None
+    assert sandbox.choose_isolation("process") == "process"
+    s = started(notebook_text("probes.ipynb"), "process")
+    try:
+        assert [c.status for c in s.report.cells] == ["ok"]
+        assert s.call("add", 2, 3).value == 5
+        uid = s.call("ids").value[0]
+        assert isinstance(uid, int)
+    finally:
+        s.close()
+
+
+def test_choose_isolation_prefers_bwrap_when_it_works():
+    assert sandbox.choose_isolation("auto") == ("bwrap" if HAVE_BWRAP else "process")
+    if not HAVE_BWRAP:
+        with pytest.raises(RuntimeError):
+            sandbox.choose_isolation("bwrap")
+
+
+@needs_bwrap
+def test_refuses_to_mount_a_python_that_contains_protected_files(tmp_path: Path) -> None:
+    """A venv created inside the course directory would expose reference/: refuse to start."""
+    secret = Path(sys.prefix) / "reference"
+    proc = sandbox.SandboxProcess("grader.sandboxed.worker", tmp_path, Limits(), "bwrap", protect=(secret,))
+    with pytest.raises(sandbox.SandboxSetupError, match="the sandbox would expose"):
+        proc.start()
+    assert proc.proc is None
+
+
+# --------------------------------------------------------------------------- nested user namespaces
+
+
+def bwrap_with_filter(*cmd: str) -> subprocess.CompletedProcess[str]:
+    """``cmd`` in a plain bwrap sandbox under :func:`sandbox.no_userns_filter`, as the sandbox's uid would."""
+    program = sandbox.no_userns_filter()
+    assert program is not None, "no seccomp numbers for this machine"
+    r, w = os.pipe()
+    os.write(w, program)
+    os.close(w)
+    as_uid = ["setpriv", "--reuid=301000", "--regid=301000", "--clear-groups", "--"] if AS_ROOT else []
+    mounts = ["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
+    try:
+        return subprocess.run(
+            ["bwrap", "--unshare-pid", "--seccomp", str(r), *mounts, *as_uid, *cmd],
+            pass_fds=(r,),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(r)
+
+
+@needs_bwrap
+def test_the_seccomp_filter_refuses_user_namespaces_and_nothing_ordinary() -> None:
+    """unshare(2) and clone(2) with CLONE_NEWUSER are refused, clone3 is ENOSYS (the C library
+    falls back to clone: threads and subprocesses still work), other namespaces are not touched
+    (as root; the grader's own bwrap needs them)."""
+    refused = bwrap_with_filter("unshare", "-U", "true")
+    assert refused.returncode != 0 and "Operation not permitted" in refused.stderr, refused
+    probe = (
+        "import ctypes, os, subprocess, threading\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "pid = libc.syscall(56, 0x10000000 | 17, 0, 0, 0, 0)\n"  # clone(CLONE_NEWUSER | SIGCHLD)
+        "if pid == 0:\n    os._exit(0)\n"
+        "clone_errno = ctypes.get_errno()\n"
+        "print(pid, clone_errno, libc.syscall(435, 0, 0), ctypes.get_errno())\n"  # clone3
+        "t = threading.Thread(target=print, args=('thread',)); t.start(); t.join()\n"
+        "print(subprocess.run(['echo', 'child'], capture_output=True, text=True).stdout.strip())\n"
+    )
+    ran = bwrap_with_filter(sys.executable, "-c", probe)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split() == ["-1", "1", "-1", "38", "thread", "child"], ran.stdout
+    if AS_ROOT:  # without the filter, this user namespace would be made (the control)
+        plain = subprocess.run(["bwrap", "--ro-bind", "/", "/", "unshare", "-U", "true"], capture_output=True)
+        assert plain.returncode == 0, plain.stderr
+
+
+def test_the_seccomp_filter_is_none_where_the_numbers_are_unknown() -> None:
+    assert sandbox.no_userns_filter("riscv64") is None
+    assert len(sandbox.no_userns_filter("x86_64") or b"") % 8 == 0  # struct sock_filter, 8 bytes each
+
+
+@needs_bwrap
+def test_bwrap_gets_the_filter_and_disable_userns_only_where_it_has_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proc = sandbox.SandboxProcess("grader.sandboxed.worker", tmp_path, Limits(), "bwrap")
+    monkeypatch.setattr(sandbox, "_runs_as_root", lambda: False)
+    for supported in (True, False):
+        monkeypatch.setattr(sandbox, "bwrap_can_disable_userns", (lambda s: lambda: s)(supported))
+        args = proc._bwrap_prefix({})
+        assert "--seccomp" in args and ("--disable-userns" in args) == supported
+        for fd in proc._fds:
+            os.close(fd)
+        proc._fds = []
