@@ -209,21 +209,40 @@ def _grade_batch(batch: Batch, intake: IntakeReport, args: argparse.Namespace, o
         with _Progress(len(todo), err) as progress:
             batch.run(todo, jobs=jobs, on_record=progress.advance)
         records = batch.finish(intake.submissions)
-        lost = list(batch.lost)
+        lost, bugs, runs = list(batch.lost), list(batch.bugs), dict(batch.lost_runs)
     _summary(records, progress.elapsed, len(todo), out_dir, err)
+    if bugs:
+        print(
+            f"jaxgrade: error: {len(bugs)} submission(s) not graded: grading them raised, a bug in jaxgrade "
+            f"({', '.join(r.student for r in bugs)}); nothing of theirs was kept, the rest of the class was graded",
+            file=err,
+        )
+        print(
+            "TIP: The traceback is in the log above. Report it with `jaxgrade --version`; once it is fixed, run "
+            "the same command again: it grades only these.",
+            file=err,
+        )
     if lost:
         print(
             f"jaxgrade: error: {len(lost)} submission(s) not graded: the grader's own process was lost "
             f"while grading them ({', '.join(r.student for r in lost)}); nothing of theirs was kept",
             file=err,
         )
-        print(
-            "TIP: Run the same command again: it grades only these. If it happens again, the machine is "
-            "short of memory: lower --jobs.",
-            file=err,
-        )
-        return EXIT_FAIL
-    return EXIT_OK
+        again = sorted(r.student for r in lost if runs.get(r.student, 1) > 1)
+        if again:
+            print(
+                f"TIP: {', '.join(again)} were lost on earlier runs too: grade each alone (--jobs 1 and that "
+                "notebook), and lower its sandbox's memory limit (limits: memory_total_bytes in grading.yaml) so "
+                "that it fails by itself instead of taking the grader's process down.",
+                file=err,
+            )
+        else:
+            print(
+                "TIP: Run the same command again: it grades only these. If it happens again, the machine is "
+                "short of memory: lower --jobs.",
+                file=err,
+            )
+    return EXIT_FAIL if lost or bugs else EXIT_OK
 
 
 class _Progress:
@@ -231,7 +250,7 @@ class _Progress:
 
     def __init__(self, total: int, err: TextIO) -> None:
         self.total, self.err = total, err
-        self.done = self.errors = self.timeouts = self.lost = 0
+        self.done = self.errors = self.timeouts = self.lost = self.bugs = 0
         self.t0 = time.monotonic()
         self.elapsed = 0.0
         self.console = Console(file=err, highlight=False)
@@ -254,14 +273,16 @@ class _Progress:
         return self
 
     def _counts(self) -> str:
-        text = f"graded {self.done - self.errors - self.timeouts - self.lost}, errors {self.errors}, timeouts {self.timeouts}"
-        return text + (f", lost {self.lost}" if self.lost else "")
+        graded = self.done - self.errors - self.timeouts - self.lost - self.bugs
+        text = f"graded {graded}, errors {self.errors}, timeouts {self.timeouts}"
+        return text + (f", lost {self.lost}" if self.lost else "") + (f", grader bugs {self.bugs}" if self.bugs else "")
 
     def advance(self, rec: Record) -> None:
         self.done += 1
         self.errors += rec.status == "error"
         self.timeouts += rec.status == "timeout"
         self.lost += rec.status == "lost"
+        self.bugs += rec.status == "grader_error"
         line = f"{rec.student}: {rec.score:g}/{rec.max_score:g} {rec.status} ({rec.timings.get('total', 0):.1f}s)"
         if rec.status != "graded":
             line += f" — {rec.message[:120]}"

@@ -9,6 +9,10 @@ submissions that were being graded undone.  Re-running the same batch skips ever
 whose key is already stored (:meth:`Gradebook.has`), so a rerun completes the batch with every
 student exactly once.
 
+A submission that is not a result (``lost``: its trusted process died twice) is never stored
+there; the ``losses`` table counts the runs in a row that lost it (:meth:`Gradebook.note_loss`),
+so that a submission lost run after run is told apart from a one-off, until it is graded.
+
 The ``assignments`` table keeps what exports need (title, LMS ids, points possible), so exports
 are derived from the stored results alone, without the course directory.
 """
@@ -51,6 +55,14 @@ CREATE TABLE IF NOT EXISTS results (
     PRIMARY KEY (assignment, student, sha256, version)
 );
 CREATE INDEX IF NOT EXISTS results_by_student ON results (assignment, student, seq);
+CREATE TABLE IF NOT EXISTS losses (
+    assignment TEXT NOT NULL,
+    student TEXT NOT NULL,
+    sha256 TEXT NOT NULL,
+    version TEXT NOT NULL,
+    runs INTEGER NOT NULL,
+    PRIMARY KEY (assignment, student, sha256, version)
+);
 """
 
 
@@ -171,6 +183,27 @@ class Gradebook:
                     record.to_json(),
                 ),
             )
+            self._db.execute(
+                "DELETE FROM losses WHERE assignment=? AND student=? AND sha256=? AND version=?", self._key(record)
+            )
+
+    @staticmethod
+    def _key(record: Record) -> tuple[str, str, str, str]:
+        return record.assignment, record.student, record.submission_sha256, record.assignment_version
+
+    def note_loss(self, record: Record) -> int:
+        """Count one more run that lost ``record``'s submission (never graded since); returns how
+        many runs in a row have lost it (1 the first time)."""
+        with self._transaction():
+            self._db.execute(
+                "INSERT INTO losses VALUES (?, ?, ?, ?, 1) ON CONFLICT(assignment, student, sha256, version) "
+                "DO UPDATE SET runs = runs + 1",
+                self._key(record),
+            )
+            row = self._db.execute(
+                "SELECT runs FROM losses WHERE assignment=? AND student=? AND sha256=? AND version=?", self._key(record)
+            ).fetchone()
+        return int(row[0])
 
     def records(self, assignment: str, students: set[str] | None = None) -> list[Record]:
         """Each student's current (most recently graded) record, sorted by student."""

@@ -8,8 +8,9 @@ default); if that one is lost too, the task is reported as :class:`Lost`, and th
 batch goes on in fresh processes.
 
 Processes are spawned (a fork after JAX has started can deadlock), and ``initializer`` runs in
-each before its first task.  A task that raises is a grader bug: the pool stops and the error is
-raised in the parent with the worker's traceback.
+each before its first task.  A task that raises is a grader bug, but one that costs only that
+task: it is reported as :class:`Raised`, with the worker's traceback, and the batch goes on (a TA
+on a deadline gets the rest of the class graded).
 """
 
 from __future__ import annotations
@@ -50,8 +51,17 @@ class Lost:
         return f"exit code {code}"
 
 
-class WorkerError(RuntimeError):
-    """A task raised in a trusted worker: a grader bug, with the worker's traceback."""
+@dataclass(frozen=True)
+class Raised:
+    """A task that raised in its trusted worker (a grader bug): the worker's traceback."""
+
+    traceback: str
+
+    @property
+    def last_line(self) -> str:
+        """The exception itself ("ValueError: ..."), the traceback's last line."""
+        lines = [line for line in self.traceback.strip().splitlines() if line.strip()]
+        return lines[-1].strip() if lines else "an exception without a traceback"
 
 
 @dataclass
@@ -117,7 +127,8 @@ class TrustedPool:
     def run(
         self, fn: Callable[..., Any], tasks: Sequence[tuple[Hashable, tuple[Any, ...]]]
     ) -> Iterator[tuple[Hashable, Any]]:
-        """Run ``fn(*args)`` for every ``(key, args)``; yield ``(key, result)`` or ``(key, Lost)``.
+        """Run ``fn(*args)`` for every ``(key, args)``; yield ``(key, result)``, ``(key, Lost)`` or
+        ``(key, Raised)`` (never tried again: a bug does not go away in a fresh process).
 
         ``fn`` must be importable by name (a module-level function): it is sent to a spawned
         process.  Closing the generator early (an exception in the caller's loop) kills every
@@ -153,9 +164,7 @@ class TrustedPool:
                         yield from self._lost(slot, key, tries, queue)
                         continue
                     slot.key, slot.args = None, ()
-                    if status == "raised":
-                        raise WorkerError(f"grading {key} failed in a trusted worker:\n{value}")
-                    yield key, value
+                    yield key, Raised(str(value)) if status == "raised" else value
         except BaseException:
             self.close(kill=True)
             raise

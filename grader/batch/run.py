@@ -9,7 +9,8 @@ The command line (``jaxgrade grade``) is a thin layer over :class:`Batch`:
    loses only what was being graded;
    A submission whose trusted grading process died twice (the OOM killer, a kill) gets the
    status ``lost``: it is reported (:attr:`Batch.lost`) but never committed, so the next run
-   grades it again;
+   grades it again; so does one whose grading raised (a grader bug: status ``grader_error``,
+   :attr:`Batch.bugs`), while the rest of the class is graded;
 3. :meth:`Batch.finish` rebuilds ``grades.csv``, every feedback page and ``report.html`` from the
    gradebook's current records, never from memory.
 
@@ -35,7 +36,7 @@ from typing import TYPE_CHECKING
 
 from grader.batch.gradebook import AssignmentInfo, Gradebook
 from grader.course.late import apply_late
-from grader.grading.grade import collect_points, grade_many
+from grader.grading.grade import LOST_ONCE, collect_points, grade_many
 from grader.grading.record import Record, cap_record
 from grader.intake.notebook import sha256_file
 from grader.publish.exports import ExportMeta, plain_csv
@@ -52,6 +53,8 @@ RESERVE_NAME = ".jaxgrade-reserve"
 RESERVE_BYTES = 64 * MiB  # room for the last commits, grades.csv, the report and the stop message
 # a record is capped at 256 KiB (grader/grading/record.py): its gradebook row and WAL copy, result JSON and page
 PER_SUBMISSION_BYTES = 1 * MiB
+#: Statuses that are not a result: reported, never committed, graded again by the next run.
+UNKEPT = ("lost", "grader_error")
 
 
 class DiskFull(Exception):
@@ -106,6 +109,8 @@ class Batch:
         self.per_submission_bytes = per_submission_bytes
         self._gb: Gradebook | None = None
         self.lost: list[Record] = []  # submissions whose trusted process died: not kept, graded next run
+        self.lost_runs: dict[str, int] = {}  # student -> runs in a row that lost their submission
+        self.bugs: list[Record] = []  # submissions whose grading raised (a grader bug): not kept either
 
     @property
     def reserve_path(self) -> Path:
@@ -213,8 +218,10 @@ class Batch:
 
         def store(path: Path, rec: Record) -> None:
             self.complete(rec, by_path[path])
-            if rec.status == "lost":  # not a result: the next run grades it again
-                self.lost.append(rec)
+            if rec.status in UNKEPT:  # not a result: the next run grades it again
+                if rec.status == "lost":
+                    self.note_loss(rec)
+                (self.lost if rec.status == "lost" else self.bugs).append(rec)
                 if on_record:
                     on_record(rec)
                 return
@@ -258,6 +265,21 @@ class Batch:
             cache=self.cache,
         )
         self.release_reserve()  # its room is for finish(): grades.csv, the pages and the report
+
+    def note_loss(self, rec: Record) -> None:
+        """Count the runs that lost this submission (the gradebook remembers); from the second,
+        its message says so: a one-off (a neighbour's memory, a kill) is then unlikely."""
+        with contextlib.suppress(sqlite3.Error):  # only a better message: never stop the batch for it
+            runs = self.gradebook.note_loss(rec)
+            self.lost_runs[rec.student] = runs
+            if runs > 1:
+                rec.message = rec.message.replace(
+                    LOST_ONCE,
+                    f", and on {runs} runs in a row: it is probably this notebook that takes the grader's process "
+                    "down (its memory or its output), not a one-off. It is not a score and is not kept: grade it "
+                    "alone (--jobs 1), and lower its sandbox's limits in grading.yaml (limits: memory_total_bytes) "
+                    "so that it fails by itself",
+                )
 
     def complete(self, rec: Record, inc: Incoming) -> Record:
         """Add what the trusted side knows beyond the tests: identity, version, time, lateness."""

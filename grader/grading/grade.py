@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import time
+import traceback
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,7 +24,7 @@ import nbformat
 import pytest
 
 from grader import __version__
-from grader.batch.pool import Lost, TrustedPool
+from grader.batch.pool import Lost, Raised, TrustedPool
 from grader.course.config import ConfigError, load_course
 from grader.errors import SubmissionError
 from grader.grading import checks
@@ -32,7 +33,7 @@ from grader.grading.record import CATEGORIES, Record, cap_record, total
 from grader.grading.submission import Submission
 from grader.host import xla_cache
 from grader.host.cgroups import protect_trusted
-from grader.host.sandbox import choose_isolation, sandbox_env
+from grader.host.sandbox import SandboxSetupError, choose_isolation, sandbox_env
 from grader.host.session import Session
 from grader.host.xla_cache import XlaCache
 from grader.intake.notebook import NotebookError, load_notebook, notebook_from_script, sha256_file
@@ -364,9 +365,14 @@ def grade_many(
             warm_cache(assignment, iso, final)
         ready = xla_cache.ready(final) if final is not None else None
         for p in paths:
-            rec = grade_notebook(
-                assignment, p, student=students.get(p), isolation=iso, public_only=public_only, xla_cache=ready
-            )
+            try:
+                rec = grade_notebook(
+                    assignment, p, student=students.get(p), isolation=iso, public_only=public_only, xla_cache=ready
+                )
+            except SandboxSetupError:
+                raise  # this machine cannot sandbox anyone: the batch stops with the staff's message
+            except Exception:
+                rec = _bug_record(assignment, p, students.get(p), Raised(traceback.format_exc()))
             out[p] = rec
             if on_result:
                 on_result(p, rec)
@@ -391,12 +397,22 @@ def grade_many(
             assert isinstance(p, Path)
             if isinstance(result, Lost):
                 rec = _lost_record(assignment, p, students.get(p), result)
+            elif isinstance(result, Raised):
+                rec = _bug_record(assignment, p, students.get(p), result)
             else:
                 rec = Record.from_dict(result)
             out[p] = rec
             if on_result:
                 on_result(p, rec)
     return out
+
+
+#: The end of a lost record's message the first time; a later run that loses it again says more
+#: (:meth:`grader.batch.run.Batch.note_loss`).
+LOST_ONCE = (
+    "; this is not the student's doing and it is not a score. "
+    "Run the same command again to grade it: a lost result is never kept"
+)
 
 
 def _lost_record(assignment: Assignment, path: Path, student: str | None, lost: Lost) -> Record:
@@ -414,8 +430,30 @@ def _lost_record(assignment: Assignment, path: Path, student: str | None, lost: 
         source=str(path),
         message=(
             f"not graded: the grader's own process was lost {lost.attempts} time(s) while grading "
-            f"this notebook ({lost.cause}); this is not the student's doing and it is not a score. "
-            "Run the same command again to grade it: a lost result is never kept"
+            f"this notebook ({lost.cause}){LOST_ONCE}"
+        ),
+    )
+
+
+def _bug_record(assignment: Assignment, path: Path, student: str | None, raised: Raised) -> Record:
+    """The record of a submission whose grading raised (a grader bug): never kept, like a lost
+    one, so that no 0 reaches the gradebook or the LMS; the traceback goes to the log."""
+    who = student or path.stem
+    log.error("grading %s raised (a bug in jaxgrade, not the student's doing):\n%s", who, raised.traceback)
+    try:
+        digest = sha256_file(path)
+    except OSError:
+        digest = ""
+    return Record(
+        assignment=assignment.name,
+        student=who,
+        submission_sha256=digest,
+        status="grader_error",
+        grader_version=__version__,
+        source=str(path),
+        message=(
+            f"not graded: a bug in the grader stopped grading this notebook ({raised.last_line[:500]}); this is "
+            "not the student's doing and it is not a score, so it is not kept. The full traceback is in the log"
         ),
     )
 

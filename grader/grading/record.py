@@ -35,8 +35,9 @@ class Record:
     assignment: str
     student: str
     submission_sha256: str
-    # graded | error | timeout | lost (the grader's own process died: not a score, never kept in
-    # the gradebook, graded again by the next run)
+    # graded | error | timeout | lost (the grader's own process died) | grader_error (grading it
+    # raised: a grader bug); the last two are not a score, never kept in the gradebook, and are
+    # graded again by the next run
     status: str
     score: float = 0.0
     max_score: float = 0.0

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import logging
 import os
+import platform
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -109,6 +111,69 @@ def bwrap_status() -> tuple[str | None, str]:
     if probe.returncode != 0:
         return None, f"bwrap does not work here: {probe.stderr.decode(errors='replace').strip()[:300]}"
     return path, ""
+
+
+@lru_cache(maxsize=1)
+def bwrap_can_disable_userns() -> bool:
+    """Whether this bwrap has ``--disable-userns`` (0.8.0 and later)."""
+    path, _ = bwrap_status()
+    if path is None:
+        return False
+    try:
+        shown = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "--disable-userns" in shown.stdout + shown.stderr
+
+
+# -- a seccomp filter against nested user namespaces
+#: Per kernel ABI (``AUDIT_ARCH_*``): the numbers of unshare, clone and clone3.
+_ABIS = {
+    "x86_64": {0xC000003E: (272, 56, 435), 0x40000003: (310, 120, 435)},  # x86_64, i386 (int 0x80)
+    "aarch64": {0xC00000B7: (97, 220, 435), 0x40000028: (337, 120, 435)},  # arm64, arm (compat)
+}
+_MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
+CLONE_NEWUSER = 0x10000000
+_X32 = 0x40000000  # x86_64's x32 ABI: syscall numbers with this bit
+_ALLOW, _ERRNO = 0x7FFF0000, 0x00050000
+_EPERM, _ENOSYS = 1, 38
+_LD, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|JGE|JSET|K, BPF_RET|K
+
+
+def no_userns_filter(machine: str | None = None) -> bytes | None:
+    """A seccomp program (classic BPF, as bwrap's ``--seccomp FD`` takes it) that refuses new
+    user namespaces: ``unshare`` and ``clone`` with ``CLONE_NEWUSER`` get EPERM, ``clone3``
+    ENOSYS (its flags are in memory a filter cannot read; the C library then falls back to
+    ``clone``), as does every system call of an ABI not listed (x32, or an unknown one).  None on
+    a machine whose numbers are not known here."""
+    abis = _ABIS.get(_MACHINES.get((machine or platform.machine()).lower(), ""))
+    if abis is None:
+        return None
+    code: list[tuple[int, int, object, object]] = [(_LD, 4, None, None)]  # the ABI
+    code += [(_JEQ, arch, f"abi{i}", None) for i, arch in enumerate(abis)]
+    code.append((_RET, _ERRNO | _ENOSYS, None, None))
+    for i, (arch, (unshare, clone, clone3)) in enumerate(abis.items()):
+        code.append((_LD, 0, None, f"abi{i}"))  # the system call's number; the last item labels it
+        if arch == 0xC000003E:
+            code.append((_JGE, _X32, "enosys", None))
+        code += [(_JEQ, clone3, "enosys", None), (_JEQ, unshare, "flags", None), (_JEQ, clone, "flags", None)]
+        code.append((_RET, _ALLOW, None, None))
+    code += [(_LD, 16, None, "flags"), (_JSET, CLONE_NEWUSER, "eperm", None), (_RET, _ALLOW, None, None)]
+    code += [(_RET, _ERRNO | _EPERM, None, "eperm"), (_RET, _ERRNO | _ENOSYS, None, "enosys")]
+    return _assemble(code)
+
+
+def _assemble(code: list[tuple[int, int, object, object]]) -> bytes:
+    """``(op, k, jump-if-true label, own label)`` to ``struct sock_filter`` bytes.  A conditional
+    jump goes to its label when true and falls through otherwise; labels are only forward."""
+    at = {label: i for i, (_, _, _, label) in enumerate(code) if label is not None}
+    out = b""
+    for i, (op, k, target, _) in enumerate(code):
+        jt = at[target] - i - 1 if target is not None else 0
+        if not 0 <= jt < 256:
+            raise ValueError("a seccomp jump out of range")
+        out += struct.pack("<HBBI", op, jt, 0, k)
+    return out
 
 
 def isolation_warning(isolation: Isolation) -> str | None:
@@ -325,7 +390,14 @@ class SandboxProcess:
                 "CAP_DAC_OVERRIDE",
             ]
         else:
-            args += ["--unshare-user", "--disable-userns", "--uid", "1000", "--gid", "1000"]
+            args += ["--unshare-user", "--uid", "1000", "--gid", "1000"]
+            if bwrap_can_disable_userns():  # bwrap 0.8.0: no user namespace inside this one
+                args.append("--disable-userns")
+        # no nested user namespace (its root could mount and reach more of the kernel) either way,
+        # as root too, where the sandbox has no user namespace of its own for --disable-userns
+        program = no_userns_filter()
+        if program is not None:
+            args += ["--seccomp", str(self._data_fd(program))]
         args += ["--die-with-parent", "--new-session", "--hostname", "sandbox", "--ro-bind", "/usr", "/usr"]
         for link in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
             if os.path.islink(link):
@@ -385,9 +457,9 @@ class SandboxProcess:
             ]
         return args
 
-    def _data_fd(self, text: str) -> int:
+    def _data_fd(self, data: str | bytes) -> int:
         r, w = os.pipe()
-        os.write(w, text.encode())
+        os.write(w, data.encode() if isinstance(data, str) else data)
         os.close(w)
         self._fds.append(r)
         return r

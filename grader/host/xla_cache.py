@@ -127,19 +127,18 @@ def staging() -> Path:
 
 def publish(staged: Path, final: Path) -> int:
     """Copy the regular, well-named files of ``staged`` into a fresh folder we own and rename it
-    to ``final``; returns the entries kept.  Links, folders, odd names and oversized files are
-    left out; so is everything past :data:`MAX_CACHE_BYTES`."""
+    to ``final``; returns the entries kept.  Links, folders, FIFOs, devices, odd names and
+    oversized files are left out (:func:`read_entry`); so is everything past :data:`MAX_CACHE_BYTES`."""
     new = Path(tempfile.mkdtemp(prefix=".new-", dir=final.parent))
     kept, total = 0, 0
     try:
-        for entry in sorted(os.scandir(staged), key=lambda e: e.name):
-            if not ENTRY.match(entry.name) or not entry.is_file(follow_symlinks=False):
+        for name in sorted(os.listdir(staged)):
+            if not ENTRY.match(name):
                 continue
-            with open(os.path.join(staged, entry.name), "rb", opener=_nofollow) as src:
-                data = src.read(MAX_ENTRY_BYTES + 1)
-            if len(data) > MAX_ENTRY_BYTES or total + len(data) > MAX_CACHE_BYTES:
+            data = read_entry(os.path.join(staged, name))
+            if data is None or total + len(data) > MAX_CACHE_BYTES:
                 continue
-            target = new / entry.name
+            target = new / name
             target.write_bytes(data)
             os.chmod(target, 0o644)
             kept, total = kept + 1, total + len(data)
@@ -156,8 +155,27 @@ def publish(staged: Path, final: Path) -> int:
     return kept
 
 
-def _nofollow(path: str, flags: int) -> int:
-    return os.open(path, flags | os.O_NOFOLLOW)
+def read_entry(path: str) -> bytes | None:
+    """The bytes of a staged entry, or None when it is not a regular file of at most
+    :data:`MAX_ENTRY_BYTES`.  The sandbox wrote the staging folder: the type is judged on the
+    opened file (``fstat``), never on the name, so a link is refused (``O_NOFOLLOW``) and a FIFO
+    or a device swapped in after a listing is opened without blocking (``O_NONBLOCK``) and
+    never read (a FIFO with no writer would hang the trusted side; a device could be endless)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_ENTRY_BYTES:
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as src:
+            data = src.read(MAX_ENTRY_BYTES + 1)
+        return data if len(data) <= MAX_ENTRY_BYTES else None  # it grew while we read
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def discard(staged: Path) -> None:

@@ -421,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reserve-bytes", type=int, default=0, help="room held for requests while the notebook runs")
     args = p.parse_args(argv)
     apply_limits(args)
+    _undumpable()
 
     # Keep the protocol pipes private; everything the kernel inherits goes to a log file.
     proto_in, proto_out = os.dup(0), os.dup(1)
@@ -519,6 +520,24 @@ def main(argv: list[str] | None = None) -> int:
                 pass
     runner.kill()
     return 0
+
+
+PR_SET_DUMPABLE = 4
+
+
+def _undumpable() -> bool:
+    """Make the worker non-dumpable, before the kernel starts.  The kernel runs as the worker's
+    uid, without capabilities: a non-dumpable worker refuses it ``/proc/<worker>/fd``, ``mem``
+    and ``environ``, ``ptrace`` and ``pidfd_getfd``, so it cannot take the frame pipes to the
+    trusted side (``h_steal_worker_pipe``).  The kernel's own exec makes it dumpable again.
+    False where there is no ``prctl`` (not Linux: the fallback mode, no boundary anyway)."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 def _reserve_space(path: str, size: int) -> str | None:

@@ -7,7 +7,9 @@ the gradebook and the rerun."""
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 import os
 import signal
 import sqlite3
@@ -16,10 +18,13 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from grader.batch.pool import Lost, TrustedPool, WorkerError
+from grader.batch.pool import Lost, Raised, TrustedPool
+from grader.cli import main
+from grader.grading import grade as grading
 from tests.minicourse import make_minicourse, notebook, procs_with
 
 # ----------------------------------------------------------------------------- unit: the pool
@@ -93,11 +98,15 @@ def test_an_exit_is_a_loss_too_and_the_attempts_are_configurable() -> None:
     assert got[4] == 8 and pool.started == 1 + 3
 
 
-def test_a_task_that_raises_is_a_grader_bug_and_stops_the_pool() -> None:
-    pool = TrustedPool(2)
-    with pytest.raises(WorkerError, match="ValueError: a grader bug"):
-        dict(pool.run(raise_on_three, tasks(6)))
-    assert pool.pids() == []  # the error closed it
+def test_a_task_that_raises_costs_only_that_task() -> None:
+    """A grader bug in one task is reported with its traceback; the others go on, in the same
+    (still healthy) workers, and it is not tried again."""
+    with TrustedPool(2) as pool:
+        got = dict(pool.run(raise_on_three, tasks(6)))
+    bug = got.pop(3)
+    assert isinstance(bug, Raised) and bug.last_line == "ValueError: a grader bug"
+    assert "raise_on_three" in bug.traceback
+    assert got == {i: 2 * i for i in range(6) if i != 3} and pool.started == 2
 
 
 def test_closing_the_run_early_kills_the_workers() -> None:
@@ -220,3 +229,80 @@ def test_a_submission_whose_trusted_process_is_lost_twice_is_not_kept_and_the_re
     _, err = rerun.communicate(timeout=600)
     assert rerun.returncode == 0, err
     assert results(tmp_path / "out")["sleepy"]["score"] == 4.0
+
+
+# ----------------------------------------------------------------------------- a grader bug, a repeated loss
+
+
+def raise_for_buggy(*args: object) -> object:
+    """The pool task, raising for the student "buggy" as a grader bug would (a module-level
+    function: the spawned workers import it by name)."""
+    if len(args) == 7 and args[3] == "buggy":
+        raise KeyError("a grader bug")
+    return grading._grade_in_worker(*args) if len(args) == 7 else grading._warm_in_worker(*args)
+
+
+def grade_cli(course: Path, folder: Path, out: Path, *more: str) -> tuple[int, str]:
+    err = io.StringIO()
+    argv = ["--course", str(course), "grade", "--assignment", "double", "--out", str(out), "--no-cache", *more]
+    return main([*argv, str(folder)], out=io.StringIO(), err=err), err.getvalue()
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])  # graded in this process, or by the pool
+def test_a_grader_bug_in_one_submission_is_reported_and_the_batch_goes_on(
+    tmp_path: Path, course: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, jobs: str
+) -> None:
+    folder = tmp_path / "class"
+    folder.mkdir()
+    (folder / "buggy.ipynb").write_text(notebook("full", "b"))
+    (folder / "full.ipynb").write_text(notebook("full"))
+    monkeypatch.setattr(grading, "_task", raise_for_buggy)  # the pool sends it to spawned workers by name
+    real = grading.grade_notebook
+
+    def grade_notebook(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("student") == "buggy":
+            raise_for_buggy(*[None] * 3, "buggy", *[None] * 3)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(grading, "grade_notebook", grade_notebook)  # one job: graded in this process
+    with caplog.at_level(logging.ERROR, logger="grader.grading"):
+        code, err = grade_cli(course, folder, tmp_path / "out", "--jobs", jobs)
+    assert code == 1, err
+    assert "1 submission(s) not graded: grading them raised, a bug in jaxgrade (buggy)" in err
+    assert "TIP: The traceback is in the log above." in err
+    assert "buggy: 0/0 grader_error" in err and "KeyError: 'a grader bug'" in err  # the progress line
+    assert "graded 1, errors 0, timeouts 0, grader bugs 1" in err  # the progress counts
+    assert "raise_for_buggy" in caplog.text and "Traceback" in caplog.text  # the whole traceback, in the log
+    assert {k: r["status"] for k, r in results(tmp_path / "out").items()} == {"full": "graded"}
+    assert gradebook_students(tmp_path / "out") == ["full"]  # not kept: the next run grades it
+
+
+def test_a_submission_lost_again_on_the_next_run_says_so(
+    tmp_path: Path, course: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gradebook counts the runs that lost a submission: the second run's message and TIP
+    say it is no one-off and how to grade it; once graded, the count is gone."""
+    folder = tmp_path / "class"
+    folder.mkdir()
+    (folder / "sleepy.ipynb").write_text(notebook("full"))
+
+    made = []  # the lost records, as the batch left them (they are written nowhere)
+
+    def lose_everyone(assignment: object, paths: list[Path], *, on_result: object, **_: object) -> None:
+        for p in paths:
+            made.append(grading._lost_record(assignment, p, "sleepy", Lost(2, -9)))  # type: ignore[arg-type]
+            on_result(p, made[-1])  # type: ignore[operator]
+
+    monkeypatch.setattr("grader.batch.run.grade_many", lose_everyone)
+    code, err = grade_cli(course, folder, tmp_path / "out")
+    assert code == 1 and "TIP: Run the same command again" in err
+    assert "lost 2 time(s)" in made[-1].message and "this is not the student's doing" in made[-1].message
+    code, err = grade_cli(course, folder, tmp_path / "out")
+    assert code == 1 and "TIP: sleepy were lost on earlier runs too: grade each alone (--jobs 1" in err
+    assert "not the student's doing" not in made[-1].message and "on 2 runs in a row" in made[-1].message
+    assert "lost 2 time(s)" in made[-1].message and "--jobs 1" in made[-1].message
+    monkeypatch.undo()
+    code, err = grade_cli(course, folder, tmp_path / "out")
+    assert code == 0, err
+    with sqlite3.connect(tmp_path / "out" / "gradebook.db") as db:
+        assert db.execute("SELECT COUNT(*) FROM losses").fetchone() == (0,)

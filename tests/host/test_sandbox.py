@@ -315,3 +315,72 @@ def test_refuses_to_mount_a_python_that_contains_protected_files(tmp_path: Path)
     with pytest.raises(sandbox.SandboxSetupError, match="the sandbox would expose"):
         proc.start()
     assert proc.proc is None
+
+
+# --------------------------------------------------------------------------- nested user namespaces
+
+
+def bwrap_with_filter(*cmd: str) -> subprocess.CompletedProcess[str]:
+    """``cmd`` in a plain bwrap sandbox under :func:`sandbox.no_userns_filter`, as the sandbox's uid would."""
+    program = sandbox.no_userns_filter()
+    assert program is not None, "no seccomp numbers for this machine"
+    r, w = os.pipe()
+    os.write(w, program)
+    os.close(w)
+    as_uid = ["setpriv", "--reuid=301000", "--regid=301000", "--clear-groups", "--"] if AS_ROOT else []
+    mounts = ["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
+    try:
+        return subprocess.run(
+            ["bwrap", "--unshare-pid", "--seccomp", str(r), *mounts, *as_uid, *cmd],
+            pass_fds=(r,),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(r)
+
+
+@needs_bwrap
+def test_the_seccomp_filter_refuses_user_namespaces_and_nothing_ordinary() -> None:
+    """unshare(2) and clone(2) with CLONE_NEWUSER are refused, clone3 is ENOSYS (the C library
+    falls back to clone: threads and subprocesses still work), other namespaces are not touched
+    (as root; the grader's own bwrap needs them)."""
+    refused = bwrap_with_filter("unshare", "-U", "true")
+    assert refused.returncode != 0 and "Operation not permitted" in refused.stderr, refused
+    probe = (
+        "import ctypes, os, subprocess, threading\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "pid = libc.syscall(56, 0x10000000 | 17, 0, 0, 0, 0)\n"  # clone(CLONE_NEWUSER | SIGCHLD)
+        "if pid == 0:\n    os._exit(0)\n"
+        "clone_errno = ctypes.get_errno()\n"
+        "print(pid, clone_errno, libc.syscall(435, 0, 0), ctypes.get_errno())\n"  # clone3
+        "t = threading.Thread(target=print, args=('thread',)); t.start(); t.join()\n"
+        "print(subprocess.run(['echo', 'child'], capture_output=True, text=True).stdout.strip())\n"
+    )
+    ran = bwrap_with_filter(sys.executable, "-c", probe)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split() == ["-1", "1", "-1", "38", "thread", "child"], ran.stdout
+    if AS_ROOT:  # without the filter, this user namespace would be made (the control)
+        plain = subprocess.run(["bwrap", "--ro-bind", "/", "/", "unshare", "-U", "true"], capture_output=True)
+        assert plain.returncode == 0, plain.stderr
+
+
+def test_the_seccomp_filter_is_none_where_the_numbers_are_unknown() -> None:
+    assert sandbox.no_userns_filter("riscv64") is None
+    assert len(sandbox.no_userns_filter("x86_64") or b"") % 8 == 0  # struct sock_filter, 8 bytes each
+
+
+@needs_bwrap
+def test_bwrap_gets_the_filter_and_disable_userns_only_where_it_has_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proc = sandbox.SandboxProcess("grader.sandboxed.worker", tmp_path, Limits(), "bwrap")
+    monkeypatch.setattr(sandbox, "_runs_as_root", lambda: False)
+    for supported in (True, False):
+        monkeypatch.setattr(sandbox, "bwrap_can_disable_userns", (lambda s: lambda: s)(supported))
+        args = proc._bwrap_prefix({})
+        assert "--seccomp" in args and ("--disable-userns" in args) == supported
+        for fd in proc._fds:
+            os.close(fd)
+        proc._fds = []

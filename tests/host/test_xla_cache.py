@@ -46,6 +46,25 @@ def test_publish_keeps_regular_well_named_files_only(tmp_path: Path, monkeypatch
     assert xla_cache.ready(final) == XlaCache(final)
 
 
+def test_publish_never_reads_a_fifo_or_follows_a_link(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A FIFO with no writer (opened for reading without O_NONBLOCK, it would hang the trusted
+    side for ever) and links to a host file and to a device are judged by the opened file."""
+    monkeypatch.setenv("JAXGRADE_CACHE_DIR", str(tmp_path / "c"))
+    staged = xla_cache.staging()
+    (staged / "good-cache").write_bytes(b"executable")
+    os.mkfifo(staged / "fifo-cache")
+    (tmp_path / "secret").write_text("host file")
+    (staged / "link-cache").symlink_to(tmp_path / "secret")
+    (staged / "zero-cache").symlink_to("/dev/zero")
+    assert xla_cache.read_entry(str(staged / "fifo-cache")) is None
+    assert xla_cache.read_entry(str(staged / "link-cache")) is None
+    assert xla_cache.read_entry("/dev/zero") is None  # a device: endless, never read
+    assert xla_cache.read_entry(str(staged / "good-cache")) == b"executable"
+    final = xla_cache.cache_root() / "double-0"
+    assert xla_cache.publish(staged, final) == 1
+    assert os.listdir(final) == ["good-cache"]
+
+
 def test_a_second_publisher_keeps_the_first_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JAXGRADE_CACHE_DIR", str(tmp_path / "c"))
     final = xla_cache.cache_root() / "double-0"

@@ -161,6 +161,59 @@ for fd in range(0, 1024):
             break
 """
 
+STEAL_WORKER_PIPE = r"""
+# The kernel runs as the worker's uid: take the worker's pipes to the trusted side through
+# /proc/<worker>/fd/N and through pidfd_open + pidfd_getfd (x86_64: 434, 438): with them it could
+# read the tests' requests and write any reply (FOUND: a pipe was taken, so `double` is right).
+import ctypes, os, stat
+FOUND = []
+worker = os.getppid()
+libc = ctypes.CDLL(None, use_errno=True)
+got = []
+for fd in range(0, 64):
+    for mode in (os.O_WRONLY, os.O_RDONLY):
+        try:
+            got.append(("proc", os.open(f"/proc/{worker}/fd/{fd}", mode | os.O_NONBLOCK)))
+            break
+        except OSError:
+            pass
+pidfd = libc.syscall(434, worker, 0)
+if pidfd >= 0:
+    for fd in range(0, 64):
+        stolen = libc.syscall(438, pidfd, fd, 0)
+        if stolen >= 0:
+            got.append(("pidfd_getfd", stolen))
+for how, fd in got:
+    if stat.S_ISFIFO(os.fstat(fd).st_mode):  # the frame pipes (the worker's other fds are files and sockets)
+        FOUND.append(how)
+print(sorted(set(FOUND)))
+"""
+
+NESTED_USERNS = r"""
+# A user namespace of one's own inside the sandbox: its root may mount, and reaches more of the
+# kernel.  Tried with `unshare -U`, unshare(2) and clone(2) with CLONE_NEWUSER, each in a fresh
+# single-threaded process (the kernel itself has threads, which unshare(CLONE_NEWUSER) refuses).
+import subprocess, sys
+FOUND = []
+TRIES = {
+    "unshare -U": ["unshare", "-U", "true"],
+    "unshare(2)": [sys.executable, "-c", "import ctypes, sys; sys.exit(ctypes.CDLL(None).unshare(0x10000000) != 0)"],
+    "clone(2)": [sys.executable, "-c", (
+        "import ctypes, os, sys\n"
+        "pid = ctypes.CDLL(None).syscall(56, 0x10000000 | 17, 0, 0, 0, 0)\n"  # CLONE_NEWUSER | SIGCHLD
+        "if pid == 0:\n    os._exit(0)\n"
+        "sys.exit(pid < 0 or os.waitpid(pid, 0)[1] != 0)"
+    )],
+}
+for how, cmd in TRIES.items():
+    try:
+        if subprocess.run(cmd, capture_output=True, timeout=20).returncode == 0:
+            FOUND.append(how)
+    except (OSError, subprocess.SubprocessError):
+        pass
+print(FOUND)
+"""
+
 PATCH_NUMPY = r"""
 import numpy as np, numpy.testing
 np.allclose = lambda *a, **k: True
@@ -320,8 +373,12 @@ def corpus() -> dict[str, dict]:
         "h_forge_results_files": notebook(FORGE_RESULTS, WRONG),
         "h_forge_protocol_frames": notebook(FORGE_FRAMES, WRONG),
         "h_forge_frames_from_function": notebook(
-            "def double(x):\n" + "\n".join("    " + l for l in FORGE_FRAMES.strip().splitlines()) + "\n    return 3 * x"
+            "def double(x):\n"
+            + "\n".join("    " + line for line in FORGE_FRAMES.strip().splitlines())
+            + "\n    return 3 * x"
         ),
+        "h_steal_worker_pipe": notebook(STEAL_WORKER_PIPE, IF_FOUND),
+        "h_nested_user_namespace": notebook(NESTED_USERNS, IF_FOUND),
         "h_patch_numpy": notebook(PATCH_NUMPY, WRONG),
         "h_patch_jax": notebook(PATCH_JAX, WRONG),
         "h_patch_pytest": notebook(PATCH_PYTEST, WRONG),
