@@ -378,7 +378,8 @@ class SandboxProcess:
         as_root = _runs_as_root()
         args = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
         if as_root:
-            # capabilities are all cleared when setpriv switches to the leased uid
+            # capabilities are all cleared when setpriv switches to the leased uid; CAP_SETPCAP lets
+            # it empty the bounding set too (without it --bounding-set=-all silently does nothing)
             args += [
                 "--cap-drop",
                 "ALL",
@@ -388,6 +389,8 @@ class SandboxProcess:
                 "CAP_SETGID",
                 "--cap-add",
                 "CAP_DAC_OVERRIDE",
+                "--cap-add",
+                "CAP_SETPCAP",
             ]
         else:
             args += ["--unshare-user", "--uid", "1000", "--gid", "1000"]

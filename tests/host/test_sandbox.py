@@ -101,6 +101,16 @@ def test_runs_as_a_different_uid(jail):
 
 
 @needs_bwrap
+def test_holds_no_capability_and_can_gain_none(jail):
+    """No capability now, none in the bounding set (so no file capability or setuid program could
+    give one back), and no_new_privs."""
+    fields = jail.call("capabilities").value
+    for cap in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        assert int(fields[cap], 16) == 0, (cap, fields[cap])
+    assert fields["NoNewPrivs"] == "1"
+
+
+@needs_bwrap
 def test_cannot_see_reference_hidden_tests_outputs_or_other_submissions(jail, tmp_path):
     out_dir = tmp_path / "out"
     (out_dir / "results").mkdir(parents=True)

@@ -127,6 +127,12 @@ def try_read(path):
         return "refused: " + type(e).__name__
 
 
+def capabilities():
+    """The capability sets and no_new_privs of this process, from /proc/self/status."""
+    with open("/proc/self/status") as f:
+        return {k: v.strip() for k, _, v in (line.partition(":") for line in f) if k.startswith("Cap") or k == "NoNewPrivs"}
+
+
 def try_write(paths):
     out = []
     for p in paths:
