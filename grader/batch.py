@@ -96,8 +96,10 @@ class Batch:
         reserve_bytes: int = RESERVE_BYTES,
         per_submission_bytes: int = PER_SUBMISSION_BYTES,
         cache: bool = True,
+        scheduler: str | None = None,
     ) -> None:
         self.assignment = assignment
+        self.scheduler = scheduler  # a Dask scheduler's address: grade on its workers (grader/cluster.py)
         self.cache = cache  # the trusted compilation cache (grader/xla_cache.py)
         self.out_dir = Path(out_dir)
         self.isolation = isolation
@@ -248,15 +250,30 @@ class Batch:
             if on_record:
                 on_record(rec)
 
-        grade_many(
-            self.assignment,
-            [inc.path for inc in todo],
-            jobs=jobs,
-            students={inc.path: inc.student for inc in todo},
-            isolation=self.isolation,
-            on_result=store,
-            cache=self.cache,
-        )
+        paths, students = [inc.path for inc in todo], {inc.path: inc.student for inc in todo}
+        if self.scheduler:
+            # the optional `dask` extra: imported only by a batch that asks for a cluster
+            from grader.cluster import grade_on_cluster
+
+            grade_on_cluster(
+                self.assignment,
+                paths,
+                scheduler=self.scheduler,
+                students=students,
+                isolation=self.isolation,
+                on_result=store,
+                cache=self.cache,
+            )
+        else:
+            grade_many(
+                self.assignment,
+                paths,
+                jobs=jobs,
+                students=students,
+                isolation=self.isolation,
+                on_result=store,
+                cache=self.cache,
+            )
         self.release_reserve()  # its room is for finish(): grades.csv, the pages and the report
 
     def complete(self, rec: Record, inc: Incoming) -> Record:
