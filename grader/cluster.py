@@ -146,7 +146,7 @@ def differences(worker: dict[str, Any], coordinator: dict[str, Any]) -> list[str
         for key in ("jaxgrade", "jax", "jaxlib")
         if worker.get(key) != coordinator.get(key)
     ]
-    ws, cs = worker.get("settings", {}), coordinator.get("settings", {})
+    ws, cs = _flat(worker.get("settings", {})), _flat(coordinator.get("settings", {}))
     for key in sorted(set(ws) | set(cs)):
         if ws.get(key) != cs.get(key):
             out.append(f"setting {key}: {_short(ws.get(key))} on the worker, {_short(cs.get(key))} on the coordinator")
@@ -154,6 +154,17 @@ def differences(worker: dict[str, Any], coordinator: dict[str, Any]) -> list[str
     out += [f"{rel} only on the coordinator" for rel in sorted(set(cf) - set(wf))]
     out += [f"{rel} only on the worker" for rel in sorted(set(wf) - set(cf))]
     out += [f"{rel} differs" for rel in sorted(set(wf) & set(cf)) if wf[rel] != cf[rel]]
+    return out
+
+
+def _flat(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"limits": {"cell_timeout": 5}}`` -> ``{"limits.cell_timeout": 5}``."""
+    out: dict[str, Any] = {}
+    for key, value in settings.items():
+        if isinstance(value, dict):
+            out |= _flat(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
     return out
 
 
