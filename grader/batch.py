@@ -10,6 +10,8 @@ The command line (``jaxgrade grade``) is a thin layer over :class:`Batch`:
    A submission whose trusted grading process died twice (the OOM killer, a kill) gets the
    status ``lost``: it is reported (:attr:`Batch.lost`) but never committed, so the next run
    grades it again;
+   with ``scheduler`` (a Dask scheduler's address) the grading happens on that cluster's workers
+   (grader/cluster.py), and everything else here stays the same;
 3. :meth:`Batch.finish` rebuilds ``grades.csv``, every feedback page and ``report.html`` from the
    gradebook's current records, never from memory.
 

@@ -458,7 +458,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--out", required=True, help="output directory (gradebook.db, results/, feedback/, report.html, grades.csv)"
     )
-    g.add_argument("--jobs", type=int, default=0, help="submissions graded at once (default: the CPU count)")
+    g.add_argument(
+        "--jobs",
+        type=int,
+        default=0,
+        help="submissions graded at once (default: the CPU count); with --scheduler, the workers' threads decide",
+    )
     g.add_argument("--regrade", action="store_true", help="grade again submissions the gradebook already holds")
     g.add_argument(
         "--no-cache",

@@ -481,7 +481,8 @@ def grade_on_cluster(
                 if on_result:
                     on_result(p, rec)
         finally:
-            if futures:  # stopped early (a refusal, a full disk, Ctrl-C): nothing goes on grading unseen
+            if futures:  # stopped early (a refusal, a full disk, Ctrl-C): start nothing more (a task
+                # already running on a worker finishes its notebook; its result is dropped)
                 client.cancel(list(futures), force=True)
     return out
 

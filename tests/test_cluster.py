@@ -192,3 +192,26 @@ def test_a_bundle_path_outside_the_course_is_refused(tmp_path: Path) -> None:
     evil = dataclasses.replace(bundle, files={"../escaped.py": b"x"}, sha256={})
     with pytest.raises(CourseMismatch, match=r"a path outside the course: '\.\./escaped\.py'"):
         _unpack(evil)
+
+
+def _pretend_no_bwrap(missing: bool) -> None:
+    import grader.cluster
+    from grader.sandbox import choose_isolation
+
+    def refuse(requested: str) -> str:
+        raise RuntimeError(f"--isolation {requested} was requested but bwrap is not installed")
+
+    grader.cluster.choose_isolation = refuse if missing else choose_isolation
+
+
+def test_a_worker_without_bubblewrap_refuses(cluster: distributed.LocalCluster, course: Path, tmp_path: Path) -> None:
+    folder = make_class(tmp_path / "class", {"s0": notebook("full")})
+    with distributed.Client(cluster, set_as_default=False) as client:
+        client.run(_pretend_no_bwrap, True)
+        try:
+            code, err = grade(course, tmp_path / "out", folder, "--scheduler", cluster.scheduler_address)
+        finally:
+            client.run(_pretend_no_bwrap, False)
+    assert code == 1, err
+    assert "cannot sandbox with bubblewrap: --isolation bwrap was requested but bwrap is not installed" in err, err
+    assert "TIP: Install bubblewrap on the workers" in err and "or pass --isolation process" in err, err
