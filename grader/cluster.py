@@ -280,7 +280,7 @@ class _Child:
             line = self.proc.stdout.readline()
         except (BrokenPipeError, OSError):
             line = b""
-        if not line:
+        if not line.endswith(b"\n"):  # nothing, or half a reply: the child died
             self.close()
             raise _ChildLost(self.proc.returncode)
         status, value = json.loads(line)
