@@ -20,19 +20,20 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from grader import __version__, exports
-from grader.config import Assignment, ConfigError, find_course_root, load_course
-from grader.gradebook import Gradebook, GradebookError
-from grader.intake import IntakeError, IntakeReport, collect
-from grader.notebook import NotebookError, load_notebook
-from grader.output import write_atomic
-from grader.record import Record
-from grader.sandbox import SandboxSetupError, choose_isolation, isolation_warning, resource_warning
+from grader import __version__
+from grader.batch.gradebook import Gradebook, GradebookError
+from grader.course.config import Assignment, ConfigError, find_course_root, load_course
+from grader.grading.record import Record
+from grader.host.sandbox import SandboxSetupError, choose_isolation, isolation_warning, resource_warning
+from grader.intake.collect import IntakeError, IntakeReport, collect
+from grader.intake.notebook import NotebookError, load_notebook
+from grader.publish import exports
+from grader.publish.output import write_atomic
 
 # Commands that grade import the grading machinery (pytest, the checks) when they run, so that
 # `jaxgrade --help`, `list` and `export` start in a fraction of the time.
 if TYPE_CHECKING:
-    from grader.batch import Batch
+    from grader.batch.run import Batch
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -101,7 +102,7 @@ def _render_check(rec: Record, out: TextIO) -> None:
 
 
 def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from grader.grading import grade_many
+    from grader.grading.grade import grade_many
 
     path = Path(args.notebook)
     if not path.is_file():
@@ -153,7 +154,7 @@ def cmd_grade(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         stops = _cluster_stops(args.isolation, err)
     else:
         _warn_isolation(args.isolation, err)
-    from grader.batch import Batch, DiskFull
+    from grader.batch.run import Batch, DiskFull
 
     batch = Batch(assignment, out_dir, isolation=args.isolation, cache=args.cache, scheduler=args.scheduler)
     try:
@@ -173,7 +174,7 @@ def _cluster_stops(isolation: str, err: TextIO) -> tuple[type[Exception], ...]:
             "--scheduler grades on a Dask cluster, but Dask's distributed package is not installed",
             "Install it with `pip install 'jaxgrade[dask]'` (here and on the workers).",
         )
-    from grader.cluster import ClusterError
+    from grader.batch.cluster import ClusterError
 
     if isolation == "process":
         print(
@@ -209,7 +210,7 @@ def _grade_batch(batch: Batch, intake: IntakeReport, args: argparse.Namespace, o
                 file=err,
             )
         elif todo:
-            from grader.grading import cache_status
+            from grader.grading.grade import cache_status
 
             print(cache_status(assignment, batch.isolation, batch.cache, jobs=jobs, n=len(todo)), file=err)
         with _Progress(len(todo), err) as progress:
@@ -384,7 +385,7 @@ def cmd_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_gradescope(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from grader.autograder import build_bundle
+    from grader.gradescope.bundle import build_bundle
 
     course = load_course(_course(args))
     course.assignment(args.name)  # the same checks as grading: reference and hidden tests exist
@@ -397,7 +398,7 @@ def cmd_gradescope(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from grader.validate import validate
+    from grader.course.validate import validate
 
     assignment = _assignment(args, args.name)
     _warn_isolation(args.isolation, err)
@@ -408,7 +409,7 @@ def cmd_validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from grader.grading import collect_points
+    from grader.grading.grade import collect_points
 
     course = load_course(_course(args))
     for name in course.assignments:

@@ -85,7 +85,7 @@ class StudentRaised(SubmissionError):
 
     In a hidden test (:data:`STUDENT_TEXT_SHOWN` off) ``evalue`` is empty and an error class the
     grader does not know is shown as "an error": only ``says(text)`` still looks at the message,
-    to choose the grader's own words (``grader.hints.taught``)."""
+    to choose the grader's own words (``grader.grading.hints.taught``)."""
 
     def __init__(self, name: str, ename: str, evalue: str, location: Location | None, hint: str = "") -> None:
         self._raw = evalue
@@ -104,7 +104,7 @@ class StudentRaised(SubmissionError):
     @property
     def unshown_message(self) -> str:
         """The error's own message, even in a hidden test: to choose the grader's words, never to
-        show (grader.hints.taught)."""
+        show (grader.grading.hints.taught)."""
         return self._raw
 
     def __reduce__(self) -> tuple[Any, ...]:

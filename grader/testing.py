@@ -5,7 +5,16 @@ The same names stay importable from their older homes (``grader.checks``, ``grad
 ``grader.protocol``), so existing courses keep working.
 """
 
-from grader.checks import (
+from grader.errors import (
+    CallTimedOut,
+    CheckFailure,
+    MissingName,
+    SandboxLost,
+    StudentRaised,
+    SubmissionError,
+    error_cause,
+)
+from grader.grading.checks import (
     Tolerance,
     assert_close,
     check_compile_count,
@@ -19,16 +28,7 @@ from grader.checks import (
     check_vectorized,
     quoted,
 )
-from grader.errors import (
-    CallTimedOut,
-    CheckFailure,
-    MissingName,
-    SandboxLost,
-    StudentRaised,
-    SubmissionError,
-    error_cause,
-)
-from grader.hints import hint_for, taught
+from grader.grading.hints import hint_for, taught
 from grader.wire import PRNGKeyData
 
 __all__ = [

@@ -18,7 +18,7 @@ NOTEBOOKS = Path(__file__).resolve().parent / "notebooks"
 if str(REPO) not in sys.path:  # the package is importable without `pip install -e .`
     sys.path.insert(0, str(REPO))
 
-# The trusted compilation cache (grader/xla_cache.py) of this run only: a cache warmed by another
+# The trusted compilation cache (grader/host/xla_cache.py) of this run only: a cache warmed by another
 # version of the code must not decide a test.  Subprocesses (the CLI) inherit it.
 if not os.environ.get("JAXGRADE_CACHE_DIR"):
     os.environ["JAXGRADE_CACHE_DIR"] = tempfile.mkdtemp(prefix="jaxgrade-test-cache-")
@@ -52,6 +52,6 @@ def notebook_text():
 @pytest.fixture(scope="session")
 def isolation() -> str:
     """The strongest isolation this machine offers ("bwrap", else "process")."""
-    from grader.sandbox import choose_isolation
+    from grader.host.sandbox import choose_isolation
 
     return choose_isolation("auto")

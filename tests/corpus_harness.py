@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from grader.record import CATEGORIES
+from grader.grading.record import CATEGORIES
 
 ROOT = Path(__file__).resolve().parents[1]
 VERDICTS = ("full", "lost", "zero")
@@ -87,8 +87,8 @@ def find_test(record: Any, name: str) -> Any:
 
 def grade(corpus: Corpus, *, jobs: int = JOBS) -> dict[str, Any]:
     """Every corpus notebook graded (``jobs`` at a time): file name -> Record."""
-    from grader.config import load_course
-    from grader.grading import grade_many
+    from grader.course.config import load_course
+    from grader.grading.grade import grade_many
 
     assignment = load_course(ROOT).assignment(corpus.assignment)
     records = grade_many(assignment, sorted(corpus.path / name for name in corpus.expected), jobs=jobs)

@@ -146,10 +146,10 @@ def _hidden_input_values(record: Any, assignment: str) -> set[str]:
     significant digits, so that they cannot be confused with counts, shapes or scores).
 
     Each hidden test's ``rng`` is seeded with the assignment's seed and the test's node id (see
-    grader/plugin.py), and every vmap_convolve test draws its arrays with ``standard_normal``,
+    grader/grading/plugin.py), and every vmap_convolve test draws its arrays with ``standard_normal``,
     one after the other: the first values of that stream are the test's inputs, in order (at
     most 64 * 17 + 64 * 3 of them in one test)."""
-    from grader.config import load_course
+    from grader.course.config import load_course
 
     asg = load_course(harness.ROOT).assignment(assignment)
     hidden = asg.hidden_tests.resolve()
@@ -179,7 +179,7 @@ def test_hidden_inputs_stay_hidden(graded: Callable[[str], dict[str, Any]], name
     carries them (in its message; or in its class name and its "source line"): no hidden test's
     message or hint, and nothing on the feedback page, may show a hidden input value. Public
     tests keep the student's full error text."""
-    from grader.feedback import feedback_html
+    from grader.publish.feedback import feedback_html
 
     assignment = "vmap_convolve"
     record = graded(assignment)[name]

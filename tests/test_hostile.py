@@ -33,11 +33,11 @@ import nbformat
 import pytest
 import yaml
 
-from grader.feedback import PAGE_MAX_BYTES
-from grader.output import safe_name
-from grader.record import RECORD_MAX_BYTES
-from grader.sandbox import choose_isolation, resource_warning
-from grader.xla_cache import ENTRY
+from grader.grading.record import RECORD_MAX_BYTES
+from grader.host.sandbox import choose_isolation, resource_warning
+from grader.host.xla_cache import ENTRY
+from grader.publish.feedback import PAGE_MAX_BYTES
+from grader.publish.output import safe_name
 from tests.minicourse import make_minicourse, procs_with
 
 pytestmark = pytest.mark.slow
@@ -78,7 +78,7 @@ def grade(tmp: Path, course: Path, notebooks: list[Path], isolation: str, name: 
     scratch = tmp / f"{name}-scratch"  # sandboxes' scratch dirs land here, next to the course
     scratch.mkdir()
     tag = uuid.uuid4().hex
-    cache = tmp / f"{name}-cache"  # the batch's trusted compilation cache (grader/xla_cache.py)
+    cache = tmp / f"{name}-cache"  # the batch's trusted compilation cache (grader/host/xla_cache.py)
     env = {**os.environ, "JAXGRADE_TEST_TAG": tag, "TMPDIR": str(scratch), "JAXGRADE_CACHE_DIR": str(cache)}
     cmd = [sys.executable, "-m", "grader", "--course", str(course), "grade", "--assignment", "double"]
     cmd += ["--out", str(out), "--jobs", "2", "--isolation", isolation, str(folder)]

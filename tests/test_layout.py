@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from grader import sandbox
-from grader.config import load_course
-from grader.grading import grade_notebook
-from grader.sandbox import choose_isolation
+from grader.course.config import load_course
+from grader.grading.grade import grade_notebook
+from grader.host import sandbox
+from grader.host.sandbox import choose_isolation
 from tests.conftest import build_notebook
 from tests.minicourse import make_minicourse
 
@@ -108,9 +108,10 @@ def test_sandboxed_code_imports_nothing_from_the_trusted_side() -> None:
 def test_the_checker_finds_every_kind_of_trusted_import() -> None:
     worker = PACKAGE / "sandboxed" / "worker.py"
     source = """
-import grader.checks
-from grader import session, wire
-from grader.config import load_course
+import grader.grading.checks
+from grader import wire
+from grader.host import session
+from grader.course.config import load_course
 from .. import plugin
 from ..sandbox import Limits
 from . import kernel_side
@@ -120,21 +121,21 @@ from ..wire import protocol
 
 def later():
     import grader
-    __import__("grader.record")
-    importlib.import_module("grader.grading")
-    code = "import grader.feedback as f\\nf.x()"
+    __import__("grader.grading.record")
+    importlib.import_module("grader.grading.grade")
+    code = "import grader.publish.feedback as f\\nf.x()"
 """
     found = [v.split(": imports ")[1].split(",")[0] for v in _violations(worker, source)]
     assert found == [
-        "grader.checks",
-        "grader.session",
-        "grader.config",
+        "grader.grading.checks",
+        "grader.host",
+        "grader.course.config",
         "grader.plugin",
         "grader.sandbox",
         "grader",
-        "grader.record",
-        "grader.grading",
-        "grader.feedback",
+        "grader.grading.record",
+        "grader.grading.grade",
+        "grader.publish.feedback",
     ]
     assert all(v.startswith("grader/sandboxed/worker.py:") for v in _violations(worker, source))
 
@@ -156,7 +157,7 @@ def test_the_sandbox_mounts_only_the_sandbox_side() -> None:
 PROBE = r"""
 import os
 IMPORTED = []
-for name in ("grader.checks", "grader.session", "grader.config", "grader.sandbox", "grader.grading", "grader.protocol"):
+for name in ("grader.grading.checks", "grader.host.session", "grader.course.config", "grader.host.sandbox", "grader.grading.grade", "grader.protocol"):
     try:
         __import__(name)
         IMPORTED.append(name)
@@ -222,9 +223,42 @@ def test_course_test_files_import_the_grader_only_through_grader_testing() -> No
 
 def test_the_old_homes_of_the_course_api_still_work() -> None:
     from grader.checks import CheckFailure, assert_close  # noqa: F401
-    from grader.protocol import PRNGKeyData  # noqa: F401
     from grader.session import StudentRaised, SubmissionError, error_cause  # noqa: F401
+    from grader.protocol import PRNGKeyData  # noqa: F401
     from grader.testing import CheckFailure as C
     from grader.testing import StudentRaised as S
 
     assert C is CheckFailure and S is StudentRaised
+
+
+# ----------------------------------------------------------------------------- the tree
+
+
+# The top of the package: the entry points, what every side shares, and the old import paths that
+# course test files written before grader.testing still use.  Everything else lives in a package.
+TOP_LEVEL = {"__init__.py", "__main__.py", "cli.py", "errors.py", "testing.py", "checks.py", "session.py", "protocol.py"}
+OLD_HOMES = {"checks.py": "grader.grading.checks", "session.py": "grader.host.session", "protocol.py": "grader.wire.protocol"}
+
+
+def test_the_top_of_the_package_holds_only_entry_points_and_old_import_paths() -> None:
+    assert {p.name for p in PACKAGE.glob("*.py")} == TOP_LEVEL
+    for name, home in OLD_HOMES.items():  # each old path is a re-export and nothing else
+        tree = ast.parse((PACKAGE / name).read_text(encoding="utf-8"))
+        body = [n for n in tree.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+        assert body and all(isinstance(n, ast.ImportFrom) for n in body), name
+        assert {n.module for n in body} <= {home, "__future__"}, name
+
+
+def test_the_readme_layout_names_every_package_and_the_tests_mirror_them() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    packages = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
+    assert packages, PACKAGE
+    for pkg in packages:
+        assert f"{pkg}/" in readme, f"README's layout section does not name grader/{pkg}/"
+        assert list((REPO / "tests" / pkg).glob("test_*.py")), f"no tests/{pkg}/ for grader/{pkg}/"
+
+
+def test_errors_import_nothing_from_the_grader() -> None:
+    """Every side may import the error types, so they depend on nothing of ours."""
+    tree = ast.parse((PACKAGE / "errors.py").read_text(encoding="utf-8"))
+    assert [m for _, m in _imported(tree, "grader")] == []

@@ -13,7 +13,7 @@ import sys
 
 def parser(prog: str) -> argparse.ArgumentParser:
     """The command line every sandboxed process takes: its scratch folder and its limits
-    (``grader.sandbox.Limits.worker_args`` writes them)."""
+    (``grader.host.sandbox.Limits.worker_args`` writes them)."""
     p = argparse.ArgumentParser(prog=prog)
     p.add_argument("--scratch", required=True)
     p.add_argument("--as-bytes", type=int)

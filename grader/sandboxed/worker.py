@@ -7,7 +7,7 @@ through nbclient.  Requests reach the kernel as small synthetic cells that call
 be interrupted (XLA ignores SIGINT) or that dies is replaced by a fresh one in which the
 notebook's cells that worked are replayed, so one bad cell or call costs only itself.
 
-Started as ``python -m grader.sandboxed.worker --scratch DIR [limits]`` by :mod:`grader.sandbox`.
+Started as ``python -m grader.sandboxed.worker --scratch DIR [limits]`` by :mod:`grader.host.sandbox`.
 """
 
 from __future__ import annotations

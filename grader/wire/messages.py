@@ -90,7 +90,7 @@ __all__ = [
 ]
 
 # --------------------------------------------------------------------------- defaults
-#: The sandbox's defaults, defined once: :class:`grader.sandbox.Limits` and :class:`Start` use them.
+#: The sandbox's defaults, defined once: :class:`grader.host.sandbox.Limits` and :class:`Start` use them.
 CELL_TIMEOUT = 60.0  # seconds a notebook cell may run
 CALL_TIMEOUT = 120.0  # seconds a request may run (a jitted, unrolled Python loop can take a while to compile)
 OUTPUT_CAP = 20_000  # characters of printed output kept per cell

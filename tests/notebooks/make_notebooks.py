@@ -1,4 +1,4 @@
-"""Generate the notebooks used by tests/test_session.py and tests/test_sandbox.py.
+"""Generate the notebooks used by tests/host/test_session.py and tests/host/test_sandbox.py.
 
 Run ``python tests/notebooks/make_notebooks.py`` after editing; the generated ``.ipynb`` files are
 committed.  Cell indices and line numbers are asserted by the tests: keep them in sync.

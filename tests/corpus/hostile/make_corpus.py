@@ -193,7 +193,7 @@ sys.modules["pytest"] = fake
 PATCH_GRADER = r"""
 import sys
 patched = []
-for name in ("grader.sandboxed.kernel_side", "grader.sandboxed.worker", "grader.wire.protocol", "grader.protocol", "grader.checks", "grader.plugin", "grader.record", "grader.grading", "grader.session"):
+for name in ("grader.sandboxed.kernel_side", "grader.sandboxed.worker", "grader.wire.protocol", "grader.protocol", "grader.grading.checks", "grader.grading.plugin", "grader.grading.record", "grader.grading.grade", "grader.host.session"):
     try:
         mod = __import__(name, fromlist=["*"])
     except Exception:

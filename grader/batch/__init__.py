@@ -1,0 +1,1 @@
+"""Grading a class: the batch, its gradebook, trusted worker processes, the Dask backend."""

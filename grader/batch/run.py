@@ -1,0 +1,306 @@
+"""One TA batch: intake results in, gradebook rows, result files, feedback and the report out.
+
+The command line (``jaxgrade grade``) is a thin layer over :class:`Batch`:
+
+1. :meth:`Batch.plan` drops every submission whose (student, sha256, assignment version) the
+   gradebook already holds, unless ``regrade``;
+2. :meth:`Batch.run` grades the rest, ``jobs`` at a time, and commits each record to the
+   gradebook the moment it arrives (with its result JSON and feedback page), so a killed run
+   loses only what was being graded;
+   A submission whose trusted grading process died twice (the OOM killer, a kill) gets the
+   status ``lost``: it is reported (:attr:`Batch.lost`) but never committed, so the next run
+   grades it again;
+   with ``scheduler`` (a Dask scheduler's address) the grading happens on that cluster's workers
+   (grader/batch/cluster.py), and everything else here stays the same;
+3. :meth:`Batch.finish` rebuilds ``grades.csv``, every feedback page and ``report.html`` from the
+   gradebook's current records, never from memory.
+
+**A full disk** (a student's files, another program) must not cost results: before grading,
+:meth:`Batch.run` checks the free space of the output folder (a :class:`DiskFull` error with the
+numbers) and holds a preallocated reserve file, ``DIR/.jaxgrade-reserve``.  When a commit fails
+because the disk is full, the reserve is released, that result is committed again into the room
+it leaves, and the batch stops with :class:`DiskFull`: the gradebook holds every result committed
+so far, and a rerun (once there is room) grades only the rest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import sqlite3
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from grader.batch.gradebook import AssignmentInfo, Gradebook
+from grader.course.late import apply_late
+from grader.grading.grade import collect_points, grade_many
+from grader.grading.record import Record, cap_record
+from grader.intake.notebook import sha256_file
+from grader.publish.exports import ExportMeta, plain_csv
+from grader.publish.feedback import write_feedback, write_report
+from grader.publish.output import write_atomic, write_record
+
+if TYPE_CHECKING:
+    from grader.course.config import Assignment
+    from grader.intake.collect import Incoming
+
+
+MiB = 1 << 20
+RESERVE_NAME = ".jaxgrade-reserve"
+RESERVE_BYTES = 64 * MiB  # room for the last commits, grades.csv, the report and the stop message
+# a record is capped at 256 KiB (grader/grading/record.py): its gradebook row and WAL copy, result JSON and page
+PER_SUBMISSION_BYTES = 1 * MiB
+
+
+class DiskFull(Exception):
+    """The output folder's disk is (nearly) full: ``message`` says how full, ``tip`` what to do."""
+
+    def __init__(self, message: str, tip: str) -> None:
+        super().__init__(f"{message}. TIP: {tip}")
+        self.message, self.tip = message, tip
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` says the disk (or the user's quota) is full."""
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    if isinstance(exc, sqlite3.Error):
+        # SQLITE_FULL (13); Python < 3.11 has neither the code nor the constant, only the text
+        code = getattr(exc, "sqlite_errorcode", None)
+        return code == getattr(sqlite3, "SQLITE_FULL", 13) or "disk is full" in str(exc)
+    return False
+
+
+def _mib(n: float) -> str:
+    return f"{n / MiB:.1f} MiB"
+
+
+def stamp(rec: Record, identity: dict[str, str], version: str) -> Record:
+    """What the trusted side knows of a record beyond its tests: who (as the LMS names them),
+    which assignment version graded it, and when.  Batches and the Gradescope runtime both use it."""
+    rec.identity = dict(identity)
+    rec.assignment_version = version
+    rec.graded_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return rec
+
+
+class Batch:
+    def __init__(
+        self,
+        assignment: Assignment,
+        out_dir: Path,
+        *,
+        isolation: str = "auto",
+        reserve_bytes: int = RESERVE_BYTES,
+        per_submission_bytes: int = PER_SUBMISSION_BYTES,
+        cache: bool = True,
+        scheduler: str | None = None,
+    ) -> None:
+        self.assignment = assignment
+        self.scheduler = scheduler  # a Dask scheduler's address: grade on its workers (grader/batch/cluster.py)
+        self.cache = cache  # the trusted compilation cache (grader/host/xla_cache.py)
+        self.out_dir = Path(out_dir)
+        self.isolation = isolation
+        self.version = assignment.version()
+        self.reserve_bytes = reserve_bytes
+        self.per_submission_bytes = per_submission_bytes
+        self._gb: Gradebook | None = None
+        self.lost: list[Record] = []  # submissions whose trusted process died: not kept, graded next run
+
+    @property
+    def reserve_path(self) -> Path:
+        return self.out_dir / RESERVE_NAME
+
+    def check_space(self, n: int) -> None:
+        """Refuse to start grading ``n`` submissions without room for their results and the reserve."""
+        free = shutil.disk_usage(self.out_dir).free
+        with contextlib.suppress(OSError):
+            free += self.reserve_path.stat().st_size  # a reserve left by a killed run is ours to reuse
+        needed = self.reserve_bytes + n * self.per_submission_bytes
+        if free < needed:
+            raise DiskFull(
+                f"{self.out_dir}: {_mib(free)} free on its disk, but grading {n} submission(s) needs up to "
+                f"{_mib(needed)} ({_mib(self.reserve_bytes)} reserve + {_mib(self.per_submission_bytes)} "
+                "per submission)",
+                "Free space on that disk, or pass --out on a disk with more room; results already in the "
+                "gradebook are kept and not graded again.",
+            )
+
+    def hold_reserve(self) -> None:
+        """Preallocate the reserve file (blocks really taken, not a sparse file)."""
+        if self.reserve_bytes <= 0:
+            return
+        fd = os.open(self.reserve_path, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            try:
+                os.posix_fallocate(fd, 0, self.reserve_bytes)
+            except OSError as exc:
+                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                    raise
+                chunk = b"\0" * MiB  # a file system without fallocate: write it
+                for _ in range(0, self.reserve_bytes, MiB):
+                    os.write(fd, chunk)
+        except OSError as exc:
+            os.close(fd)
+            self.release_reserve()
+            if is_disk_full(exc):
+                raise DiskFull(
+                    f"{self.out_dir}: no room for the {_mib(self.reserve_bytes)} reserve that keeps results safe "
+                    "when the disk fills",
+                    "Free space on that disk, or pass --out on a disk with more room.",
+                ) from None
+            raise
+        os.close(fd)
+
+    def release_reserve(self) -> bool:
+        """Give the reserve's room back; whether there was one."""
+        try:
+            self.reserve_path.unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+    @property
+    def gradebook(self) -> Gradebook:
+        if self._gb is None:
+            raise RuntimeError("use the batch inside `with`")
+        return self._gb
+
+    def __enter__(self) -> Batch:
+        a = self.assignment
+        self._gb = Gradebook(self.out_dir / "gradebook.db")
+        entry = a.course.assignments[a.name]
+        self._gb.set_assignment(
+            AssignmentInfo(
+                name=a.name,
+                title=a.title,
+                course=a.course.course,
+                canvas_id=entry.canvas_id,
+                moodle_id=entry.moodle_id,
+                points_possible=round(sum(collect_points(a).values()), 6),
+                version=self.version,
+            )
+        )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with contextlib.suppress(OSError):
+            self.release_reserve()
+        if self._gb is not None:
+            self._gb.close()
+            self._gb = None
+
+    def plan(self, incoming: list[Incoming], *, regrade: bool = False) -> list[Incoming]:
+        """The submissions that still need grading."""
+        if regrade:
+            return list(incoming)
+        name = self.assignment.name
+        return [
+            inc for inc in incoming if not self.gradebook.has(name, inc.student, sha256_file(inc.path), self.version)
+        ]
+
+    def run(self, todo: list[Incoming], *, jobs: int = 1, on_record: Callable[[Record], None] | None = None) -> None:
+        if not todo:
+            return
+        self.check_space(len(todo))
+        self.hold_reserve()
+        by_path = {inc.path: inc for inc in todo}
+
+        def commit(rec: Record) -> None:
+            self.gradebook.put(rec)  # committed: from here on this submission is never graded again
+            write_record(self.out_dir, rec)
+            write_feedback(self.out_dir, [rec], course=self.assignment.course.course, title=self.assignment.title)
+
+        def store(path: Path, rec: Record) -> None:
+            self.complete(rec, by_path[path])
+            if rec.status == "lost":  # not a result: the next run grades it again
+                self.lost.append(rec)
+                if on_record:
+                    on_record(rec)
+                return
+            try:
+                commit(rec)
+            except (OSError, sqlite3.Error) as exc:
+                if not is_disk_full(exc):
+                    raise
+                # the disk is full: the reserve's room lets this result through, then stop (the
+                # abort ends the work in flight); a rerun grades the rest
+                free = shutil.disk_usage(self.out_dir).free
+                released = self.release_reserve()
+                saved = False
+                if released:
+                    with contextlib.suppress(OSError, sqlite3.Error):
+                        commit(rec)  # put() is keyed, so a second commit of the same record is harmless
+                        saved = True
+                if saved and on_record:
+                    on_record(rec)
+                raise DiskFull(
+                    f"{self.out_dir}: the disk is full ({_mib(free)} free; {exc}); stopped grading. "
+                    + (
+                        f"{rec.student}'s result was saved from the reserve; "
+                        if saved
+                        else f"{rec.student} was not saved; "
+                    )
+                    + f"the gradebook holds {self.gradebook.count(self.assignment.name)} result(s)",
+                    "Free space on that disk (or pass --out elsewhere) and run the same command again: "
+                    "it grades only the submissions not yet in the gradebook.",
+                ) from exc
+            if on_record:
+                on_record(rec)
+
+        paths, students = [inc.path for inc in todo], {inc.path: inc.student for inc in todo}
+        if self.scheduler:
+            # the optional `dask` extra: imported only by a batch that asks for a cluster
+            from grader.batch.cluster import grade_on_cluster
+
+            grade_on_cluster(
+                self.assignment,
+                paths,
+                scheduler=self.scheduler,
+                students=students,
+                isolation=self.isolation,
+                on_result=store,
+                cache=self.cache,
+            )
+        else:
+            grade_many(
+                self.assignment,
+                paths,
+                jobs=jobs,
+                students=students,
+                isolation=self.isolation,
+                on_result=store,
+                cache=self.cache,
+            )
+        self.release_reserve()  # its room is for finish(): grades.csv, the pages and the report
+
+    def complete(self, rec: Record, inc: Incoming) -> Record:
+        """Add what the trusted side knows beyond the tests: identity, version, time, lateness."""
+        stamp(rec, inc.identity, self.version)
+        if inc.ignored:
+            note = f"graded the latest of several notebooks; also submitted: {', '.join(inc.ignored)}"
+            rec.message = f"{rec.message}; {note}" if rec.message else note
+        apply_late(
+            rec,
+            self.assignment.late_policy,
+            self.assignment.due,
+            submitted_at=inc.submitted_at,
+            flag=inc.late_flag,
+        )
+        return cap_record(rec)  # the note above can be long (many notebooks set aside)
+
+    def finish(self, incoming: list[Incoming] | None = None) -> list[Record]:
+        """Write grades.csv, the feedback pages and report.html from the gradebook; return its records."""
+        a = self.assignment
+        records = self.gradebook.records(a.name)
+        info = self.gradebook.assignment(a.name)
+        assert info is not None  # set in __enter__
+        meta = ExportMeta(name=a.name, title=a.title, points_possible=info.points_possible)
+        write_atomic(self.out_dir / "grades.csv", plain_csv(records, meta))
+        write_feedback(self.out_dir, records, course=a.course.course, title=a.title)
+        write_report(self.out_dir, records, course=a.course.course, title=a.title, assignment=a.name)
+        return records

@@ -1,0 +1,1 @@
+"""The course: configuration, late policy, validation, scaffolding and releases."""

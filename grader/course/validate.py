@@ -1,0 +1,114 @@
+"""``jaxgrade validate``: the reference earns full marks, every mutant loses points in its
+category, the starter earns (nearly) nothing, and nothing crashes."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from grader.course.config import Assignment, ConfigError
+from grader.grading.grade import grade_many
+from grader.grading.record import CATEGORIES, Record
+from grader.intake.notebook import notebook_from_script
+
+MUTANT_HEADER = re.compile(r"^#\s*jaxgrade-mutant:\s*fails=(\w+)\s*$")
+STARTER_MAX_FRACTION = 0.1
+
+
+@dataclass
+class Outcome:
+    label: str
+    expectation: str
+    ok: bool
+    detail: str
+
+
+@dataclass
+class ValidationReport:
+    assignment: str
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.outcomes) and all(o.ok for o in self.outcomes)
+
+    def lines(self) -> list[str]:
+        out = [f"validate {self.assignment}:"]
+        for o in self.outcomes:
+            out.append(f"  {'ok  ' if o.ok else 'FAIL'} {o.label:32} {o.expectation:38} {o.detail}")
+        out.append("valid" if self.ok else "NOT valid: see FAIL lines above")
+        return out
+
+
+def mutant_category(path: Path) -> str:
+    first = path.read_text(encoding="utf-8").splitlines()[:1]
+    m = MUTANT_HEADER.match(first[0]) if first else None
+    if not m or m.group(1) not in CATEGORIES:
+        raise ConfigError(
+            f"{path}: the first line must be `# jaxgrade-mutant: fails=<category>` with a category among "
+            f"{', '.join(CATEGORIES)}"
+        )
+    return m.group(1)
+
+
+def _summary(rec: Record) -> str:
+    cats = ", ".join(f"{c} {s:g}/{m:g}" for c, (s, m) in rec.categories().items())
+    return f"{rec.score:g}/{rec.max_score:g} ({cats})" + (
+        f" [{rec.status}: {rec.message[:80]}]" if rec.status != "graded" else ""
+    )
+
+
+def _crashed(rec: Record) -> str:
+    if rec.status != "graded":
+        return f"status {rec.status}: {rec.message[:200]}"
+    errs = [t.name for t in rec.tests if t.status == "error"]
+    return f"tests errored: {', '.join(errs[:5])}" if errs else ""
+
+
+def validate(assignment: Assignment, *, jobs: int = 2, isolation: str = "auto") -> ValidationReport:
+    report = ValidationReport(assignment.name)
+    tmp = Path(tempfile.mkdtemp(prefix="jaxgrade-validate-"))
+    try:
+        subjects: dict[Path, tuple[str, str | None]] = {}
+        ref_nb = tmp / "reference.ipynb"
+        nbformat.write(notebook_from_script(assignment.solution.read_text(encoding="utf-8"), assignment.name), ref_nb)
+        subjects[ref_nb] = ("reference", None)
+        starter = tmp / "starter.ipynb"
+        shutil.copyfile(assignment.starter, starter)
+        subjects[starter] = ("starter", None)
+        mutants = sorted(assignment.mutants_dir.glob("*.py")) if assignment.mutants_dir.is_dir() else []
+        if not mutants:
+            report.outcomes.append(
+                Outcome("mutants", "at least one mutant", False, f"none in {assignment.mutants_dir}")
+            )
+        for m in mutants:
+            cat = mutant_category(m)
+            nb_path = tmp / f"mutant_{m.stem}.ipynb"
+            nbformat.write(notebook_from_script(m.read_text(encoding="utf-8"), assignment.name), nb_path)
+            subjects[nb_path] = (f"mutant {m.stem}", cat)
+        records = grade_many(assignment, list(subjects), jobs=jobs, isolation=isolation)
+        for path, (label, cat) in subjects.items():
+            rec = records[path]
+            crash = _crashed(rec)
+            if label == "reference":
+                ok = not crash and rec.max_score > 0 and rec.score == rec.max_score
+                failed = [f"{t.name}: {t.message[:150]}" for t in rec.tests if t.status != "passed"]
+                detail = crash or _summary(rec) + (" — " + "; ".join(failed[:3]) if failed else "")
+                report.outcomes.append(Outcome(label, "full marks", ok, detail))
+            elif label == "starter":
+                ok = not crash and rec.score <= STARTER_MAX_FRACTION * rec.max_score
+                report.outcomes.append(
+                    Outcome(label, f"at most {STARTER_MAX_FRACTION:.0%} of the points", ok, crash or _summary(rec))
+                )
+            else:
+                s, mx = rec.categories().get(cat or "", (0.0, 0.0))
+                ok = not crash and mx > 0 and s < mx
+                report.outcomes.append(Outcome(label, f"loses points in {cat}", ok, crash or _summary(rec)))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return report

@@ -1,0 +1,1 @@
+"""The Gradescope autograder: the bundle a course uploads, and what runs inside Gradescope."""

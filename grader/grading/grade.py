@@ -1,0 +1,461 @@
+"""Grading one submission end to end, and many in parallel.
+
+``grade_notebook`` loads and validates the notebook, executes it in a sandbox, runs the public
+and hidden tests through pytest in this (trusted) process, and returns a :class:`Record`.
+Student failures become data in the record; only a bug in the grader raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib.util
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import nbformat
+import pytest
+
+from grader import __version__
+from grader.batch.pool import Lost, TrustedPool
+from grader.course.config import ConfigError, load_course
+from grader.errors import SubmissionError
+from grader.grading import checks
+from grader.grading.plugin import GradingPlugin
+from grader.grading.record import CATEGORIES, Record, cap_record, total
+from grader.grading.submission import Submission
+from grader.host import xla_cache
+from grader.host.cgroups import protect_trusted
+from grader.host.sandbox import choose_isolation, sandbox_env
+from grader.host.session import Session
+from grader.host.xla_cache import XlaCache
+from grader.intake.notebook import NotebookError, load_notebook, notebook_from_script, sha256_file
+
+if TYPE_CHECKING:
+    from grader.course.config import Assignment
+
+log = logging.getLogger(__name__)
+
+_REFERENCES: dict[Path, Any] = {}
+
+
+def load_reference(assignment: Assignment) -> Any:
+    """Import the reference solution (trusted code) once per process."""
+    path = assignment.solution.resolve()
+    if path not in _REFERENCES:
+        name = f"jaxgrade_reference_{assignment.name}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot import the reference solution {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        _REFERENCES[path] = module
+    return _REFERENCES[path]
+
+
+def run_tests(
+    assignment: Assignment,
+    submission: Any,
+    *,
+    public_only: bool = False,
+    seed: int | None = None,
+) -> tuple[list[Any], list[str]]:
+    """Run the public (and hidden) tests against a submission proxy; return (results, staff errors)."""
+    visibility = {assignment.public_tests: "visible"}
+    paths = [assignment.public_tests]
+    if not public_only:
+        visibility[assignment.hidden_tests] = "after_published"
+        paths.append(assignment.hidden_tests)
+    plugin = GradingPlugin(
+        submission=submission,
+        reference=load_reference(assignment) if assignment.solution.is_file() else None,
+        seed=assignment.seed if seed is None else seed,
+        visibility_of=visibility,
+        student_text=submission.take_student_text if isinstance(submission, Submission) else None,
+        tolerance=checks.Tolerance(assignment.config.tolerance.rtol, assignment.config.tolerance.atol),
+    )
+    args = [
+        *(str(p) for p in paths if p.exists()),
+        "-c",
+        os.devnull,
+        "--rootdir",
+        str(assignment.course.root),
+        "--import-mode=importlib",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:terminal",
+        "-p",
+        "no:stepwise",
+    ]
+    with _fresh_test_modules(paths):
+        code = pytest.main(args, plugins=[plugin])
+    errors = list(plugin.errors)
+    if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        errors.append(f"pytest could not run the tests (exit code {int(code)}: {pytest.ExitCode(code).name})")
+    return plugin.finish(), errors
+
+
+@contextlib.contextmanager
+def _fresh_test_modules(paths: list[Path]) -> Iterator[None]:
+    """Forget test modules imported from ``paths`` afterwards: pytest's importlib mode names them by
+    their path relative to the rootdir, so another course's tests would otherwise be shadowed."""
+    roots = [str(p.resolve()) for p in paths]
+    try:
+        yield
+    finally:
+        for name, mod in list(sys.modules.items()):
+            f = getattr(mod, "__file__", None) or ""
+            if any(f.startswith(r + os.sep) for r in roots):
+                del sys.modules[name]
+
+
+def grade_notebook(
+    assignment: Assignment,
+    path: Path,
+    *,
+    public_only: bool = False,
+    student: str | None = None,
+    isolation: str = "auto",
+    xla_cache: XlaCache | None = None,
+) -> Record:
+    """Grade one notebook; never raises for anything the student did.  ``xla_cache`` is the
+    trusted compilation cache its sandboxes read (see :func:`warm_cache`)."""
+    path = Path(path)
+    _check_trusted_devices(assignment)
+    t0 = time.monotonic()
+    iso = choose_isolation(isolation)
+    rec = Record(
+        assignment=assignment.name,
+        student=student or path.stem,
+        submission_sha256="",
+        status="graded",
+        grader_version=__version__,
+        isolation=iso,
+        source=str(path),
+    )
+    try:
+        nb = load_notebook(path)
+    except NotebookError as exc:
+        rec.status, rec.message = "error", str(exc)
+        try:
+            rec.submission_sha256 = sha256_file(path)
+        except OSError:
+            pass
+        return rec
+    rec.submission_sha256 = nb.sha256
+    named = nb.assignment
+    if named and named != assignment.name:
+        rec.message = f"the notebook's metadata names assignment {named!r}; graded as {assignment.name!r}"
+    session = Session(
+        nb.to_json(),
+        limits=assignment.limits,
+        isolation=iso,
+        env=_env_for(assignment),
+        protect=(assignment.course.root / "reference", assignment.reference_dir, path.parent),
+        xla_cache=xla_cache,
+    )
+    try:
+        session.start()
+        report = session.execute()
+        rec.timings["startup"] = round(report.startup, 3)
+        rec.timings["execute"] = round(report.duration, 3)
+        rec.cells = [c.as_dict() for c in report.problems()]
+        if not report.ok and not report.timed_out:
+            rec.status = "error"
+            rec.message = _join(rec.message, f"the notebook could not be run: {report.message}")
+        elif not report.ok:
+            rec.status = "timeout"
+            rec.message = _join(rec.message, report.message)
+        sub = Submission(session, nb)
+        rec.missing = _missing(sub, assignment.functions)
+        t1 = time.monotonic()
+        results, errors = run_tests(assignment, sub, public_only=public_only)
+        rec.timings["tests"] = round(time.monotonic() - t1, 3)
+        rec.tests = results
+        if errors:
+            rec.status = "error"
+            rec.message = _join(rec.message, "grader configuration problem: " + "; ".join(errors))
+        if session.lost and rec.status == "graded":
+            rec.message = _join(rec.message, session.lost)
+            if session.lost_kind == "time":
+                rec.status = "timeout"
+    finally:
+        session.close()
+    cpu = session.cpu_seconds()
+    if cpu is not None:  # the sandboxes' own CPU time: what a busy neighbour cannot inflate
+        rec.timings["cpu"] = round(cpu, 3)
+    rec.peak_memory_bytes = session.peak_memory() or 0
+    if session.oom_kills():
+        rec.message = _join(
+            rec.message,
+            f"the kernel's OOM killer ended {session.oom_kills()} process(es) of this submission: its sandbox "
+            f"may use {assignment.limits.memory_total_bytes / 2**20:.0f} MiB of memory in all",
+        )
+    rec.score, rec.max_score = total(rec.tests)
+    rec.timings["total"] = round(time.monotonic() - t0, 3)
+    return cap_record(rec)  # the whole record stays small, however much the notebook printed
+
+
+def _env_for(assignment: Assignment) -> dict[str, str]:
+    """Environment for the sandbox and the evaluator: the assignment's device count."""
+    devices = assignment.config.devices
+    if devices > 1:
+        return {
+            "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices} "
+            "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+        }
+    return {}
+
+
+def _set_trusted_devices(devices: int) -> None:
+    """Start this (trusted) process's JAX with ``devices`` host devices, so references are
+    computed under the same setting as the student's code (float results can differ bitwise
+    across device counts).  Must run before JAX initialises a backend."""
+    if devices <= 1:
+        return
+    flag = f"--xla_force_host_platform_device_count={devices}"
+    flags = os.environ.get("XLA_FLAGS", "")
+    if flag not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} {flag}".strip()
+
+
+def _check_trusted_devices(assignment: Assignment) -> None:
+    devices = assignment.config.devices
+    if devices > 1 and "jax" in sys.modules:
+        import jax
+
+        if jax.device_count() != devices:
+            raise RuntimeError(
+                f"assignment {assignment.name!r} needs {devices} devices but this process's JAX has "
+                f"{jax.device_count()}; grade it through grade_many, which starts a process for it"
+            )
+
+
+def _missing(sub: Any, names: Iterable[str]) -> list[str]:
+    try:
+        return [n for n in names if not sub.probe(n).get("exists")]
+    except SubmissionError:
+        return []
+
+
+def _join(a: str, b: str) -> str:
+    return f"{a}; {b}" if a else b
+
+
+# --------------------------------------------------------------------------- batches
+
+
+def _grade_in_worker(
+    root: str, name: str, path: str, student: str | None, isolation: str, public_only: bool, cache: str | None
+) -> dict[str, Any]:
+    logging.basicConfig(level=logging.WARNING)
+    assignment = load_course(Path(root)).assignment(name, staff=not public_only)
+    rec = grade_notebook(
+        assignment,
+        Path(path),
+        student=student,
+        isolation=isolation,
+        public_only=public_only,
+        xla_cache=xla_cache.ready(Path(cache)) if cache else None,  # once the warming task published it
+    )
+    return rec.to_dict()
+
+
+_WARM = "warm the trusted compilation cache"
+WARM_MIN = 3  # notebooks graded one at a time from which warming first pays (a pool warms beside them)
+
+
+def _task(*args: Any) -> Any:
+    """A pool task: grading one notebook (7 arguments) or warming the cache (4)."""
+    return _warm_in_worker(*args) if len(args) == 4 else _grade_in_worker(*args)
+
+
+def _warm_in_worker(root: str, name: str, isolation: str, final: str) -> int:
+    logging.basicConfig(level=logging.WARNING)
+    return warm_cache(load_course(Path(root)).assignment(name, staff=True), isolation, Path(final))
+
+
+def _sandbox_xla_env(assignment: Assignment) -> dict[str, str]:
+    return {**sandbox_env("bwrap", "/sandbox"), **_env_for(assignment)}
+
+
+def trusted_cache_dir(assignment: Assignment) -> Path:
+    """Where the assignment's trusted compilation cache lives (grader/host/xla_cache.py)."""
+    return xla_cache.cache_dir(assignment.name, assignment.version(), _sandbox_xla_env(assignment))
+
+
+def cache_status(assignment: Assignment, isolation: str, cache: bool = True, *, jobs: int = 1, n: int = 1) -> str:
+    """One line for the TA: which compilation cache a batch of ``n`` will use, or why none."""
+    if not cache:
+        return "compilation cache: off (--no-cache)"
+    if choose_isolation(isolation) != "bwrap":
+        return "compilation cache: off (only bubblewrap sandboxes can mount it read-only)"
+    final = trusted_cache_dir(assignment)
+    if xla_cache.ready(final) is not None:
+        return f"compilation cache: {final}"
+    if jobs <= 1 and assignment.config.devices <= 1 and n < WARM_MIN:
+        return f"compilation cache: none yet for this assignment version (a batch of {WARM_MIN} or more warms it)"
+    return f"compilation cache: warming {final} by grading the reference once, beside the first submissions"
+
+
+def warm_cache(assignment: Assignment, isolation: str, final: Path) -> int:
+    """Grade the reference solution once with a writable cache, and publish what it compiled.
+
+    The only code in that sandbox is the reference and the tests: trusted, so what it writes may
+    be read by every submission.  Returns the entries published (0 when warming failed: grading
+    then goes on without the cache, only slower)."""
+    staged = xla_cache.staging()
+    try:
+        nb_path = staged.parent / "reference.ipynb"
+        nbformat.write(notebook_from_script(assignment.solution.read_text(encoding="utf-8"), assignment.name), nb_path)
+        rec = grade_notebook(
+            assignment, nb_path, student="reference", isolation=isolation, xla_cache=XlaCache(staged, writable=True)
+        )
+        if rec.status != "graded" or rec.score < rec.max_score:
+            log.warning(
+                "warming the compilation cache: the reference earned %g/%g (%s); run `jaxgrade validate %s`",
+                rec.score,
+                rec.max_score,
+                rec.status,
+                assignment.name,
+            )
+        final.parent.mkdir(parents=True, exist_ok=True)
+        return xla_cache.publish(staged, final)
+    except Exception as exc:  # the cache only saves time: never let it cost a batch
+        log.warning("could not warm the compilation cache in %s: %s", final, exc)
+        xla_cache.discard(staged)
+        return 0
+
+
+def grade_many(
+    assignment: Assignment,
+    paths: list[Path],
+    *,
+    jobs: int = 1,
+    students: dict[Path, str] | None = None,
+    isolation: str = "auto",
+    public_only: bool = False,
+    on_result: Callable[[Path, Record], None] | None = None,
+    cache: bool = True,
+) -> dict[Path, Record]:
+    """Grade several notebooks, ``jobs`` at a time, each in a fresh trusted worker process pool.
+
+    With ``cache`` (and bubblewrap), the sandboxes read the assignment's trusted compilation
+    cache, which is warmed first by grading the reference once if it is not there yet."""
+    protect_trusted()
+    students = students or {}
+    out: dict[Path, Record] = {}
+    devices = assignment.config.devices
+    iso = choose_isolation(isolation)
+    final = trusted_cache_dir(assignment) if cache and iso == "bwrap" and paths and not public_only else None
+    warm = final is not None and xla_cache.ready(final) is None
+    if jobs <= 1 and devices <= 1:
+        if warm and final is not None and len(paths) >= WARM_MIN:
+            warm_cache(assignment, iso, final)
+        ready = xla_cache.ready(final) if final is not None else None
+        for p in paths:
+            rec = grade_notebook(
+                assignment, p, student=students.get(p), isolation=iso, public_only=public_only, xla_cache=ready
+            )
+            out[p] = rec
+            if on_result:
+                on_result(p, rec)
+        return out
+    # trusted worker processes (spawned: a fork after JAX starts can deadlock), started with the
+    # assignment's device count so that references match the sandbox's setting.  A worker lost
+    # mid-grading (the OOM killer, a kill) costs only its submission: it is graded again in a
+    # fresh process, and a second loss gives that submission the status "lost".  The cache is
+    # warmed by the first task, beside the first submissions; each later one reads it.
+    root = str(assignment.course.root)
+    cached = str(final) if final is not None else None
+    tasks: list[tuple[Any, tuple[Any, ...]]] = []
+    if warm and final is not None:
+        tasks.append((_WARM, (root, assignment.name, iso, str(final))))
+    tasks += [(p, (root, assignment.name, str(p), students.get(p), iso, public_only, cached)) for p in paths]
+    with TrustedPool(max(1, jobs), initializer=_init_worker, initargs=(devices, os.getpid())) as pool:
+        # an exception here (Ctrl-C, a failed commit, a grader bug) closes the generator, which
+        # kills every worker: their sandboxes die with them (bwrap --die-with-parent)
+        for p, result in pool.run(_task, tasks):
+            if p == _WARM:
+                continue
+            assert isinstance(p, Path)
+            if isinstance(result, Lost):
+                rec = _lost_record(assignment, p, students.get(p), result)
+            else:
+                rec = Record.from_dict(result)
+            out[p] = rec
+            if on_result:
+                on_result(p, rec)
+    return out
+
+
+def _lost_record(assignment: Assignment, path: Path, student: str | None, lost: Lost) -> Record:
+    """The record of a submission whose trusted grading process died every time it was tried."""
+    try:
+        digest = sha256_file(path)
+    except OSError:
+        digest = ""
+    return Record(
+        assignment=assignment.name,
+        student=student or path.stem,
+        submission_sha256=digest,
+        status="lost",
+        grader_version=__version__,
+        source=str(path),
+        message=(
+            f"not graded: the grader's own process was lost {lost.attempts} time(s) while grading "
+            f"this notebook ({lost.cause}); this is not the student's doing and it is not a score. "
+            "Run the same command again to grade it: a lost result is never kept"
+        ),
+    )
+
+
+def _init_worker(devices: int, parent: int) -> None:
+    """A trusted worker: the parent's device count, and death with the parent (even when the
+    parent is SIGKILLed, so that no grading goes on, unseen, after ``jaxgrade grade`` is gone)."""
+    _set_trusted_devices(devices)
+    protect_trusted()  # the OOM killer must pick a sandbox, never a trusted worker (a lost batch)
+    if sys.platform.startswith("linux"):
+        pr_set_pdeathsig = 1
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+
+
+def collect_points(assignment: Assignment, *, hidden: bool = True) -> dict[str, float]:
+    """Points per category, from the tests' markers (nothing is run)."""
+    plugin = GradingPlugin(submission=None, reference=None, seed=0, visibility_of={})
+    paths = [assignment.public_tests] + ([assignment.hidden_tests] if hidden else [])
+    with _fresh_test_modules(paths):
+        pytest.main(
+            [
+                *(str(p) for p in paths if p.exists()),
+                "--collect-only",
+                "-c",
+                os.devnull,
+                "--rootdir",
+                str(assignment.course.root),
+                "--import-mode=importlib",
+                "-p",
+                "no:cacheprovider",
+                "-p",
+                "no:terminal",
+            ],
+            plugins=[plugin],
+        )
+    if plugin.errors:
+        raise ConfigError("; ".join(plugin.errors))
+    points: dict[str, float] = {}
+    for meta in plugin.collected:
+        points[meta.category] = round(points.get(meta.category, 0.0) + meta.points, 6)
+    return {c: points[c] for c in CATEGORIES if c in points}

@@ -1,0 +1,247 @@
+"""The pytest plugin that runs public and hidden tests in the trusted process.
+
+Markers: ``@pytest.mark.points(n)`` (a parametrized test's points are split evenly across its
+cases) and ``@pytest.mark.category(name)``.  Fixtures: ``submission`` (calls go to the
+sandbox), ``reference`` (the reference solution module), ``rng`` (seeded per run and test).
+Outcomes are collected from pytest's reports into :class:`grader.grading.record.TestResult` objects;
+nothing printed by anyone is ever read.
+"""
+
+from __future__ import annotations
+
+import difflib
+import time
+import zlib
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from grader.grading.checks import Tolerance, using_tolerance
+from grader.grading.record import CATEGORIES, TestResult
+from grader.host.session import showing_student_text
+
+MARKERS = (
+    "points(n): the test's worth; split evenly across a parametrized test's cases. Example: @pytest.mark.points(2)",
+    "category(name): one of " + ", ".join(CATEGORIES) + ". Example: @pytest.mark.category('jit')",
+    "visible: show this hidden test's inputs and message to students",
+)
+
+
+class MarkerError(Exception):
+    """A test's markers are wrong (a staff mistake, reported as such)."""
+
+
+@dataclass(frozen=True)
+class TestMeta:
+    points: float
+    category: str
+    visibility: str
+    title: str
+
+
+def read_meta(item: pytest.Item, share: int, default_visibility: str) -> TestMeta:
+    """Points, category and visibility of one collected test item (a pure function of markers)."""
+    pm = item.get_closest_marker("points")
+    cm = item.get_closest_marker("category")
+    if pm is None or len(pm.args) != 1 or not isinstance(pm.args[0], (int, float)) or pm.args[0] < 0:
+        raise MarkerError(f"{item.nodeid}: needs @pytest.mark.points(n) with a non-negative number")
+    if cm is None or len(cm.args) != 1 or cm.args[0] not in CATEGORIES:
+        got = cm.args[0] if cm is not None and cm.args else None
+
+        close = difflib.get_close_matches(str(got), CATEGORIES, n=1)
+        tip = f" - maybe you meant {close[0]!r}?" if close else ""
+        raise MarkerError(
+            f"{item.nodeid}: @pytest.mark.category must be one of {', '.join(CATEGORIES)}, got {got!r}{tip}"
+        )
+    visibility = "visible" if item.get_closest_marker("visible") else default_visibility
+    doc = getattr(getattr(item, "function", None), "__doc__", None) or ""
+    title = doc.strip().splitlines()[0] if doc.strip() else ""
+    return TestMeta(float(pm.args[0]) / share, str(cm.args[0]), visibility, title)
+
+
+def _failure(excinfo: Any) -> tuple[str, str, str]:
+    """(status, message, hint) for an exception raised by a test."""
+    from grader.grading.checks import CheckFailure
+    from grader.host.session import SubmissionError
+
+    exc = excinfo.value
+    if isinstance(exc, (CheckFailure, SubmissionError)):
+        return "failed", exc.message, exc.hint
+    if isinstance(exc, AssertionError):
+        text = str(exc).split("\nassert ")[0].strip() or "assertion failed"
+        return "failed", text[:2000], ""
+    return "error", f"the test itself failed ({type(exc).__name__}: {str(exc)[:500]}); please tell the course staff", ""
+
+
+#: Shortest piece of the sandbox's text that :func:`scrub` looks for.
+_SCRUB_MIN = 12
+_SCRUBBED = "[…]"
+
+
+def scrub(text: str, said: list[str]) -> str:
+    """``text`` without any whole line of what the sandbox said (at least ``_SCRUB_MIN``
+    characters, so that the grader's own words, which JAX's messages repeat, stay): a backstop
+    for a hidden test that quotes the sandbox's text itself."""
+    lines = {line.strip() for chunk in said for line in str(chunk).splitlines()}
+    for line in sorted((ln for ln in lines if len(ln) >= _SCRUB_MIN), key=len, reverse=True):
+        text = text.replace(line, _SCRUBBED)
+    return text
+
+
+class GradingPlugin:
+    """Registered with ``pytest.main(plugins=[...])`` for one submission."""
+
+    def __init__(
+        self,
+        *,
+        submission: Any,
+        reference: Any,
+        seed: int,
+        visibility_of: dict[Path, str],
+        student_text: Callable[[], list[str]] | None = None,
+        tolerance: Tolerance | None = None,
+    ) -> None:
+        """``student_text()`` returns (and forgets) the text the sandbox chose since its last
+        call; a hidden test's message and hint are scrubbed of it.  ``tolerance`` is
+        ``assert_close``'s default during each test (the assignment's)."""
+        self._submission = submission
+        self._tolerance = tolerance or Tolerance()
+        self._take_student_text = student_text
+        self._reference = reference
+        self._seed = seed
+        self._visibility_of = visibility_of
+        self.results: list[TestResult] = []
+        self.errors: list[str] = []
+        self._meta: dict[str, TestMeta] = {}
+        self._started: dict[str, float] = {}
+
+    @property
+    def collected(self) -> list[TestMeta]:
+        """Points, category, visibility and title of every test collected so far."""
+        return list(self._meta.values())
+
+    # -- configuration
+    def pytest_configure(self, config: pytest.Config) -> None:
+        for m in MARKERS:
+            config.addinivalue_line("markers", m)
+
+    def pytest_collection_modifyitems(
+        self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        counts = Counter(self._group(it) for it in items)
+        for it in items:
+            vis = "visible"
+            for root, v in self._visibility_of.items():
+                if Path(str(it.path)).resolve().is_relative_to(root.resolve()):
+                    vis = v
+            try:
+                self._meta[it.nodeid] = read_meta(it, counts[self._group(it)], vis)
+            except MarkerError as exc:
+                self.errors.append(str(exc))
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.errors.append(f"could not collect {report.nodeid}: {str(report.longrepr)[-1500:]}")
+
+    @staticmethod
+    def _group(item: pytest.Item) -> str:
+        return item.nodeid.split("[", 1)[0]
+
+    # -- fixtures
+    @pytest.fixture
+    def submission(self) -> Any:
+        return self._submission
+
+    @pytest.fixture
+    def reference(self) -> Any:
+        if self._reference is None:
+            raise RuntimeError(
+                "the reference solution is not available here (student bundle): public tests must not use it"
+            )
+        return self._reference
+
+    @pytest.fixture
+    def rng(self, request: pytest.FixtureRequest) -> np.random.Generator:
+        return np.random.default_rng([self._seed & 0xFFFFFFFF, zlib.crc32(request.node.nodeid.encode())])
+
+    # -- outcomes
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Any:
+        meta = self._meta.get(item.nodeid)
+        with showing_student_text(meta is None or meta.visibility == "visible"):
+            yield
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item) -> Any:
+        with using_tolerance(self._tolerance):  # fixtures' comparisons too (setup and teardown)
+            yield
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[Any]) -> Any:
+        outcome = yield
+        report = outcome.get_result()
+        if call.excinfo is not None and report.failed:
+            report._jaxgrade = _failure(call.excinfo)  # type: ignore[attr-defined]
+
+    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
+        self._started[nodeid] = time.monotonic()
+        self._student_text()  # what earlier tests received is theirs
+
+    def _student_text(self) -> list[str]:
+        return self._take_student_text() if self._take_student_text is not None else []
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        meta = self._meta.get(report.nodeid)
+        if meta is None:
+            return
+        done = any(r.name == report.nodeid for r in self.results)
+        if done:
+            # a teardown error after a pass turns the test into an error
+            if report.failed:
+                for r in self.results:
+                    if r.name == report.nodeid:
+                        r.status, r.score = "error", 0.0
+                        r.message = r.message or "the test's teardown failed"
+            return
+        if report.when == "call" or (report.when == "setup" and not report.passed):
+            if report.passed:
+                status, message, hint = "passed", "", ""
+            elif report.skipped:
+                status, message, hint = "failed", "skipped", ""
+            else:
+                status, message, hint = getattr(report, "_jaxgrade", ("error", str(report.longrepr)[-1000:], ""))
+            if meta.visibility != "visible":
+                # the student's kernel saw this test's hidden inputs: the checks already leave its text
+                # and values out of the message (STUDENT_TEXT_SHOWN); this is the backstop for a test
+                # that quotes it anyway. Hints are the grader's own words, chosen by the error.
+                message = scrub(message, self._student_text())
+            self.results.append(
+                TestResult(
+                    name=report.nodeid.split("::", 1)[-1],
+                    category=meta.category,
+                    score=meta.points if status == "passed" else 0.0,
+                    max_score=meta.points,
+                    status=status,
+                    message=message,
+                    hint=hint,
+                    visibility=meta.visibility,
+                    title=meta.title,
+                    duration=round(time.monotonic() - self._started.get(report.nodeid, time.monotonic()), 3),
+                )
+            )
+            # keep the full node id until the run ends, for the teardown lookup above
+            self.results[-1].name = report.nodeid
+
+    def finish(self) -> list[TestResult]:
+        """Name each result by its test function (and parameters); a name that two test files
+        share (a public and a hidden test) keeps its file's stem, ``test_hidden::test_x``."""
+        short = Counter(r.name.split("::", 1)[-1] for r in self.results)
+        for r in self.results:
+            path, _, name = r.name.partition("::")
+            r.name = name if short[name] == 1 else f"{Path(path).stem}::{name}"
+        return self.results

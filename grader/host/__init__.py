@@ -1,0 +1,1 @@
+"""The trusted end of the trust boundary: launching sandboxes, and the session that talks to one."""

@@ -1,0 +1,624 @@
+"""Starting untrusted processes: bubblewrap when it works here, a limited subprocess otherwise.
+
+A sandbox sees a read-only system (``/usr`` and the Python installation), the sandbox side of
+the grader package at ``/opt/jaxgrade/grader`` (``grader/sandboxed``, ``grader/wire`` and a
+generated ``__init__.py`` that imports nothing: no trusted module, see :func:`sandbox_mounts`),
+and one writable directory, its scratch (``/sandbox``): nothing of ``reference/``, the hidden
+tests, the output directory or other submissions.  It has no network, its own PID namespace (so
+killing it ends its whole process tree), a uid of its own (a host uid leased for it from
+``SANDBOX_UID_BASE`` when the grader runs as root, :class:`UidLease`), ``--die-with-parent``,
+and rlimits set by the worker before it reads any input.  Where the grader may (root, or a
+delegated cgroup), each sandbox also has its own cgroup (memory, processes and CPU share of its
+whole tree, :mod:`grader.host.cgroups`), an OOM score that makes the kernel pick it before any
+trusted process, and a scratch directory that is a tmpfs of ``Limits.scratch_bytes``;
+:func:`resource_warning` says what is not bounded.  Without bwrap the same limits apply to a
+plain subprocess in its own session, and :func:`isolation_warning` says what is lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+from grader.host import cgroups
+from grader.host.xla_cache import MOUNT as XLA_MOUNT
+from grader.host.xla_cache import XlaCache
+from grader.wire import messages, protocol
+
+log = logging.getLogger(__name__)
+
+Isolation = Literal["bwrap", "process"]
+#: Host uids for sandboxes when the grader runs as root: one per concurrent sandbox, so that
+#: RLIMIT_NPROC (counted per uid) is a per-sandbox budget and sandboxes cannot signal each other.
+SANDBOX_UID_BASE = 300_000
+SANDBOX_UID_COUNT = 4096
+SANDBOX_ROOT = "/sandbox"
+GRADER_MOUNT = "/opt/jaxgrade"
+#: The subpackages of ``grader`` that run in (or talk to) the sandbox: the only grader code it sees.
+SANDBOX_PACKAGES = ("sandboxed", "wire")
+#: The sandbox's ``grader/__init__.py``: the package itself, without anything of the trusted side.
+SANDBOX_INIT = '"""jaxgrade, sandbox side: only grader.sandboxed and grader.wire are mounted here."""\n'
+GiB = 1024**3
+MiB = 1024**2
+
+
+class SandboxSetupError(RuntimeError):
+    """The sandbox cannot be built safely on this machine (a staff/installation problem)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits for one submission's sandbox."""
+
+    memory_bytes: int = 8 * GiB  # RLIMIT_AS; XLA aborts below about 2 GiB
+    max_processes: int = 256  # RLIMIT_NPROC (threads count); XLA needs about 64
+    max_file_bytes: int = 64 * MiB  # RLIMIT_FSIZE
+    cpu_seconds: int = 1200  # RLIMIT_CPU, summed over threads
+    max_open_files: int = 1024
+    cell_timeout: float = messages.CELL_TIMEOUT
+    call_timeout: float = messages.CALL_TIMEOUT  # a jitted, unrolled Python loop can take a while to compile
+    wall_timeout: float = 900.0  # whole submission, notebook and tests
+    output_cap: int = messages.OUTPUT_CAP  # characters of printed output kept per cell
+    max_restarts: int = messages.MAX_RESTARTS
+    # the whole sandbox (every process of the worker's or the evaluator's tree), by its cgroup
+    memory_total_bytes: int = 4 * GiB
+    pids_total: int = 512  # tasks: threads count, as for max_processes
+    cpu_weight: int = 100  # equal shares: a sandbox's 250 busy children get one sandbox's CPU
+    scratch_bytes: int = 512 * MiB  # the scratch directory, a tmpfs of this size
+
+    def cgroup_limits(self) -> cgroups.CgroupLimits:
+        return cgroups.CgroupLimits(self.memory_total_bytes, self.pids_total, self.cpu_weight)
+
+    def worker_args(self, nproc_offset: int = 0) -> list[str]:
+        """The worker's rlimit flags; ``nproc_offset`` adds the processes the uid already has
+        (RLIMIT_NPROC counts every process of the uid, not only the sandbox's)."""
+        return [
+            f"--as-bytes={self.memory_bytes}",
+            f"--fsize={self.max_file_bytes}",
+            f"--cpu={self.cpu_seconds}",
+            f"--nproc={self.max_processes + nproc_offset}",
+            f"--nofile={self.max_open_files}",
+        ]
+
+
+@lru_cache(maxsize=1)
+def bwrap_status() -> tuple[str | None, str]:
+    """(path to a working bwrap or None, why not)."""
+    path = shutil.which("bwrap")
+    if path is None:
+        return None, "bubblewrap (bwrap) is not installed"
+    try:
+        probe = subprocess.run(
+            [path, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "true"],
+            capture_output=True,
+            timeout=20,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"bwrap could not start: {exc}"
+    if probe.returncode != 0:
+        return None, f"bwrap does not work here: {probe.stderr.decode(errors='replace').strip()[:300]}"
+    return path, ""
+
+
+def isolation_warning(isolation: Isolation) -> str | None:
+    if isolation == "bwrap":
+        return None
+    _, why = bwrap_status()
+    why = why or "--isolation process was requested"
+    return (
+        f"WARNING: isolation is reduced ({why}). Student code runs as a plain subprocess with "
+        "resource limits but can read files this user can read and use the network. "
+        "Install bubblewrap (apt-get install bubblewrap) before grading a class."
+    )
+
+
+def choose_isolation(requested: str = "auto") -> Isolation:
+    if requested == "process":
+        return "process"
+    path, why = bwrap_status()
+    if path is None:
+        if requested == "bwrap":
+            raise RuntimeError(f"--isolation bwrap was requested but {why}")
+        return "process"
+    return "bwrap"
+
+
+def _runs_as_root() -> bool:
+    return os.geteuid() == 0 and shutil.which("setpriv") is not None
+
+
+def _python_roots() -> list[str]:
+    roots = {os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix), os.path.realpath(sys.exec_prefix)}
+    exe = os.path.realpath(sys.executable)
+    roots.add(os.path.dirname(os.path.dirname(exe)))
+    # site-packages outside the prefixes (user site, PYTHONPATH installs)
+    import site
+
+    for p in [*site.getsitepackages(), site.getusersitepackages()]:
+        rp = os.path.realpath(p)
+        if os.path.isdir(rp) and not any(rp.startswith(r + os.sep) for r in roots):
+            roots.add(rp)
+    # keep only the outermost, and never a system directory we bind anyway
+    ordered = sorted(roots, key=len)
+    out: list[str] = []
+    for r in ordered:
+        if r in ("/", "/usr") or any(r == o or r.startswith(o + os.sep) for o in out):
+            continue
+        out.append(r)
+    return out
+
+
+def grader_package_dir() -> str:
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # grader/, above host/
+
+
+def sandbox_mounts() -> list[tuple[str, str]]:
+    """(host directory, path in the sandbox) of the grader code a bwrap sandbox sees: the
+    sandbox side only.  Any other grader module (checks, session, config...) is absent there,
+    so importing one from sandboxed code fails (``tests/test_layout.py``)."""
+    pkg = grader_package_dir()
+    return [(os.path.join(pkg, sub), f"{GRADER_MOUNT}/grader/{sub}") for sub in SANDBOX_PACKAGES]
+
+
+def sandbox_env(isolation: Isolation, scratch: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    home = SANDBOX_ROOT if isolation == "bwrap" else scratch
+    pythonpath = GRADER_MOUNT if isolation == "bwrap" else os.path.dirname(grader_package_dir())
+    bindir = os.path.dirname(sys.executable)
+    env = {
+        "HOME": home,
+        "PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin",
+        "PYTHONPATH": pythonpath,
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONNOUSERSITE": "1",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "MPLBACKEND": "Agg",
+        "MPLCONFIGDIR": f"{home}/.config/matplotlib",
+        "IPYTHONDIR": f"{home}/.ipython",
+        "JUPYTER_RUNTIME_DIR": f"{home}/.jaxgrade/runtime",
+        "JUPYTER_DATA_DIR": f"{home}/.jaxgrade/data",
+        "JUPYTER_PLATFORM_DIRS": "1",
+        "PIP_NO_INDEX": "1",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "TMPDIR": f"{home}/.jaxgrade/tmp",
+    }
+    if extra:
+        env.update(extra)
+    return env
+
+
+class SandboxProcess:
+    """One untrusted process (a worker or an evaluator) and the framed pipes to it."""
+
+    def __init__(
+        self,
+        module: str,
+        scratch: Path,
+        limits: Limits,
+        isolation: Isolation,
+        env: dict[str, str] | None = None,
+        protect: tuple[Path, ...] = (),
+        xla_cache: XlaCache | None = None,
+    ) -> None:
+        self.module = module
+        # the trusted compilation cache (grader/host/xla_cache.py): bubblewrap only, where it is mounted
+        self.xla_cache = xla_cache if isolation == "bwrap" else None
+        self.protect = tuple(Path(p).resolve() for p in protect)
+        self.scratch = Path(scratch)
+        self.limits = limits
+        self.isolation = isolation
+        self.extra_env = env or {}
+        self.marker = uuid.uuid4().hex
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._fds: list[int] = []
+        self.uid = os.getuid()  # the host uid it runs as; a leased one as root under bwrap
+        self._uid_lease = UidLease()
+        self.cgroup: cgroups.SandboxCgroup | None = None
+        self.cpu_seconds: float | None = None  # the whole tree's CPU time, once it ended (cgroups)
+        self.oom_kills = 0  # processes the OOM killer ended in it
+        self.peak_memory: int | None = None  # bytes its tree held at most, once it ended (cgroups)
+
+    # -- lifecycle
+    def start(self) -> None:
+        for sub in ("runtime", "tmp"):
+            (self.scratch / ".jaxgrade" / sub).mkdir(parents=True, exist_ok=True)
+        if _runs_as_root() and self.isolation == "bwrap":  # the sandbox runs as its own uid
+            self.uid = self._uid_lease.acquire()
+            for dirpath, _, filenames in os.walk(self.scratch):
+                os.chown(dirpath, self.uid, self.uid)
+                for f in filenames:
+                    os.chown(os.path.join(dirpath, f), self.uid, self.uid)
+        inner_scratch = SANDBOX_ROOT if self.isolation == "bwrap" else str(self.scratch)
+        env = sandbox_env(self.isolation, str(self.scratch), self.extra_env)
+        if self.xla_cache is not None:
+            env.update(self.xla_cache.env())
+        env["JAXGRADE_SANDBOX"] = self.marker
+        shared_uid = not (_runs_as_root() and self.isolation == "bwrap")
+        offset = _count_processes(os.getuid()) if shared_uid else 0
+        cmd = [
+            sys.executable,
+            "-s",
+            "-m",
+            self.module,
+            f"--scratch={inner_scratch}",
+            *self.limits.worker_args(offset),
+            *(["--pid-namespace"] if self.isolation == "bwrap" else []),
+        ]
+        if self.module == "grader.sandboxed.worker" and os.path.ismount(self.scratch):  # a size-capped tmpfs
+            cmd.append(f"--reserve-bytes={min(32 * MiB, self.limits.scratch_bytes // 8)}")
+        kwargs: dict[str, Any] = {}
+        cgroups.protect_trusted()  # the OOM killer picks sandboxes, never us
+        hierarchy, _ = cgroups.host_hierarchy()
+        if hierarchy is not None:
+            try:
+                self.cgroup = cgroups.SandboxCgroup.create(hierarchy, self.limits.cgroup_limits())
+            except OSError as exc:  # never run a sandbox unbounded where bounds were promised
+                raise SandboxSetupError(f"cannot create the sandbox's cgroup: {exc}") from None
+        enter = cgroups.enter_prefix(self.cgroup.procs_files if self.cgroup else [])
+        if self.isolation == "bwrap":
+            try:
+                cmd = self._bwrap_prefix(env) + cmd
+            except BaseException:
+                for fd in self._fds:
+                    os.close(fd)
+                self._fds = []
+                self._end_cgroup()
+                raise
+            kwargs["pass_fds"] = tuple(self._fds)
+            popen_env: dict[str, str] | None = {"PATH": "/usr/bin:/bin"}
+            cwd = "/"
+        else:
+            popen_env = env
+            cwd = str(self.scratch)
+        try:
+            self.proc = subprocess.Popen(
+                enter + cmd,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=open(self.scratch / ".jaxgrade" / "sandbox.log", "ab"),
+                cwd=cwd,
+                env=popen_env,
+                start_new_session=True,
+                close_fds=True,
+                **kwargs,
+            )
+        except BaseException:
+            self._end_cgroup()
+            raise
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
+
+    def _bwrap_prefix(self, env: dict[str, str]) -> list[str]:
+        """bwrap arguments; as root: no user namespace, then setpriv to the leased uid."""
+        bwrap, _ = bwrap_status()
+        assert bwrap is not None
+        as_root = _runs_as_root()
+        args = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+        if as_root:
+            # capabilities are all cleared when setpriv switches to the leased uid
+            args += [
+                "--cap-drop",
+                "ALL",
+                "--cap-add",
+                "CAP_SETUID",
+                "--cap-add",
+                "CAP_SETGID",
+                "--cap-add",
+                "CAP_DAC_OVERRIDE",
+            ]
+        else:
+            args += ["--unshare-user", "--disable-userns", "--uid", "1000", "--gid", "1000"]
+        args += ["--die-with-parent", "--new-session", "--hostname", "sandbox", "--ro-bind", "/usr", "/usr"]
+        for link in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+            if os.path.islink(link):
+                args += ["--symlink", os.readlink(link), link]
+            elif os.path.isdir(link):
+                args += ["--ro-bind", link, link]
+        # bwrap would create /etc for the binds below with mode 0700: unreadable once we are the leased uid
+        args += ["--perms", "0755", "--dir", "/etc"]
+        for f in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/hosts", "/etc/nsswitch.conf"):
+            if os.path.exists(f):
+                args += ["--ro-bind", f, f]
+        if os.path.isdir("/etc/ld.so.conf.d"):
+            args += ["--ro-bind", "/etc/ld.so.conf.d", "/etc/ld.so.conf.d"]
+        uid = self.uid if as_root else 1000
+        args += ["--file", str(self._data_fd(f"student:x:{uid}:{uid}:student:/sandbox:/bin/sh\n")), "/etc/passwd"]
+        # the writable places first: a Python installation under /tmp (a CI checkout) is then
+        # mounted inside the sandbox's /tmp instead of being hidden by it
+        args += ["--bind", str(self.scratch), SANDBOX_ROOT]
+        args += ["--bind", str(self.scratch / ".jaxgrade" / "tmp"), "/tmp"]
+        made: set[str] = {"/", "/usr", "/tmp", "/etc", SANDBOX_ROOT}
+        # the grader package: a tmpfs of its own that holds only the sandbox side and a generated
+        # __init__.py (not the host's, which is trusted code), made read-only below once they
+        # are mounted (a directory bwrap makes is writable in a user namespace)
+        package = f"{GRADER_MOUNT}/grader"
+        args += _parents(package, made)
+        args += ["--tmpfs", package]
+        made.add(package)
+        args += ["--perms", "0444", "--ro-bind-data", str(self._data_fd(SANDBOX_INIT)), f"{package}/__init__.py"]
+        binds = [(r, r) for r in _python_roots() if not r.startswith("/usr/")]
+        binds += sandbox_mounts()
+        for src, dest in binds:
+            for secret in self.protect:
+                if secret == Path(src) or Path(src) in secret.parents:
+                    raise SandboxSetupError(
+                        f"the sandbox would expose {secret}: it lies inside {src}, which the sandbox must "
+                        "mount (the Python installation or the grader package). Install jaxgrade in a "
+                        "virtual environment outside the course directory."
+                    )
+            args += _parents(dest, made)
+            args += ["--ro-bind", src, dest]
+        args += ["--remount-ro", package]
+        if self.xla_cache is not None:
+            args += _parents(XLA_MOUNT, made)
+            args += self.xla_cache.bind_args()
+        args += ["--proc", "/proc", "--dev", "/dev", "--chdir", SANDBOX_ROOT, "--clearenv"]
+        for k, v in env.items():
+            args += ["--setenv", k, v]
+        if as_root:
+            args += [
+                "setpriv",
+                f"--reuid={self.uid}",
+                f"--regid={self.uid}",
+                "--clear-groups",
+                "--bounding-set=-all",
+                "--inh-caps=-all",
+                "--",
+            ]
+        return args
+
+    def _data_fd(self, text: str) -> int:
+        r, w = os.pipe()
+        os.write(w, text.encode())
+        os.close(w)
+        self._fds.append(r)
+        return r
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """End the sandbox and every process in it."""
+        if self.proc is None:
+            self._end_cgroup()
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.kill()
+        except ProcessLookupError:
+            pass
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                if stream:
+                    stream.close()
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not fail
+            log.error("sandbox process %s did not exit after SIGKILL", self.proc.pid)
+        if self.isolation == "process":
+            sweep_marker(self.marker)
+        self._end_cgroup()
+        self._uid_lease.release()
+
+    def _end_cgroup(self) -> None:
+        """Kill what is left in the sandbox's cgroup, note its CPU time, and remove it."""
+        if self.cgroup is None:
+            return
+        self.cgroup.kill_all()
+        self.cpu_seconds = self.cgroup.cpu_seconds()
+        self.oom_kills = self.cgroup.oom_kills()
+        self.peak_memory = self.cgroup.peak_memory()
+        self.cgroup.remove()
+        self.cgroup = None
+
+    # -- framed I/O
+    def send(self, header: dict[str, Any], payload: bytes = b"") -> None:
+        assert self.proc is not None and self.proc.stdin is not None
+        try:
+            protocol.write_frame(self.proc.stdin.fileno(), header, payload)
+        except (BrokenPipeError, OSError) as exc:
+            raise protocol.ChannelClosed(f"the sandbox is gone ({exc})") from None
+
+    def recv(self, timeout: float, max_payload: int = protocol.MAX_PAYLOAD_BYTES) -> tuple[dict[str, Any], bytes]:
+        assert self.proc is not None and self.proc.stdout is not None
+        return protocol.read_frame(
+            self.proc.stdout.fileno(), deadline=time.monotonic() + timeout, max_payload=max_payload
+        )
+
+
+class UidLease:
+    """A host uid reserved for one sandbox (an flock on a file per uid, across processes)."""
+
+    def __init__(self) -> None:
+        self._fd: int | None = None
+
+    def acquire(self) -> int:
+        import fcntl
+        import random
+
+        # one machine-wide place (not $TMPDIR, which differs between processes): every jaxgrade
+        # on this machine must see every lease, or two sandboxes could share a uid
+        lock_dir = Path("/run/jaxgrade-uids" if os.access("/run", os.W_OK) else "/tmp/jaxgrade-uids")
+        lock_dir.mkdir(mode=0o700, exist_ok=True)
+        start = random.randrange(SANDBOX_UID_COUNT)
+        for i in range(SANDBOX_UID_COUNT):
+            uid = SANDBOX_UID_BASE + (start + i) % SANDBOX_UID_COUNT
+            fd = os.open(lock_dir / str(uid), os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            if _uid_has_processes(uid):  # a leftover of a grader killed with SIGKILL
+                os.close(fd)
+                continue
+            self._fd = fd
+            return uid
+        raise SandboxSetupError(f"all {SANDBOX_UID_COUNT} sandbox uids are in use")
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _count_processes(uid: int, stop_at: int | None = None) -> int:
+    """Processes (thread groups) and their threads owned by ``uid``, as RLIMIT_NPROC counts them."""
+    n = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid != uid:
+                continue
+            n += len(os.listdir(f"/proc/{entry}/task"))
+        except OSError:
+            continue
+        if stop_at is not None and n >= stop_at:
+            break
+    return n
+
+
+def _uid_has_processes(uid: int) -> bool:
+    return _count_processes(uid, stop_at=1) > 0
+
+
+def sweep_marker(marker: str) -> int:
+    """Kill leftover processes that carry a sandbox's environment marker (fallback mode)."""
+    killed = 0
+    needle = f"JAXGRADE_SANDBOX={marker}".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if needle in f.read():
+                    os.kill(int(entry), signal.SIGKILL)
+                    killed += 1
+        except (OSError, ProcessLookupError):
+            continue
+    return killed
+
+
+def _parents(dest: str, made: set[str]) -> list[str]:
+    """``--dir`` arguments for the missing ancestors of a mount point, world-traversable."""
+    out: list[str] = []
+    parts = Path(dest).parent.parts
+    for i in range(2, len(parts) + 1):
+        d = str(Path(*parts[:i]))
+        if d not in made:
+            made.add(d)
+            out += ["--perms", "0755", "--dir", d]
+    return out
+
+
+def make_scratch(prefix: str = "jaxgrade-", size_bytes: int | None = None) -> Path:
+    """A fresh scratch directory outside the repository and the output directory; with
+    ``size_bytes`` and as root, a tmpfs of that size, so a cell that fills it gets ENOSPC
+    ("No space left on device") and the disk the gradebook lives on is not touched."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    os.chmod(path, 0o700)
+    if size_bytes is not None and scratch_status()[0]:
+        opts = f"size={int(size_bytes)},mode=0700,nosuid,nodev"
+        source = f"{SCRATCH_SOURCE}{os.getpid()}"  # whose it is, for sweep_stale_scratch
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, source, str(path)], capture_output=True)
+        if done.returncode != 0:
+            log.warning(
+                "scratch %s is not size-capped: mount failed: %s", path, done.stderr.decode(errors="replace")[:300]
+            )
+    return path
+
+
+def remove_scratch(path: Path) -> None:
+    """Remove a scratch directory made by :func:`make_scratch` (unmounting its tmpfs)."""
+    if os.path.ismount(path):
+        # lazy: a sandbox's mount namespace that is still going away does not keep it busy
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+SCRATCH_SOURCE = "jaxgrade-scratch-"
+
+
+def sweep_stale_scratch(mounts: str | None = None) -> list[str]:
+    """Unmount and remove scratch tmpfs mounts whose grader process is gone (SIGKILL): their
+    contents would otherwise hold memory until the next reboot.  Returns their paths."""
+    if mounts is None:
+        try:
+            mounts = Path("/proc/self/mounts").read_text()
+        except OSError:
+            return []
+    swept = []
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) < 3 or fields[2] != "tmpfs" or not fields[0].startswith(SCRATCH_SOURCE):
+            continue
+        owner = fields[0][len(SCRATCH_SOURCE) :]
+        if owner.isdigit() and not cgroups._pid_alive(int(owner)):
+            path = Path(fields[1].replace("\\040", " "))
+            remove_scratch(path)
+            swept.append(str(path))
+    return swept
+
+
+@lru_cache(maxsize=1)
+def scratch_status() -> tuple[bool, str]:
+    """(scratch directories can be size-capped tmpfs mounts here, why not)."""
+    if os.environ.get("JAXGRADE_NO_SCRATCH_TMPFS", "") not in ("", "0"):
+        return False, "JAXGRADE_NO_SCRATCH_TMPFS is set"
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        return False, "the grader is not root (mounting a size-capped tmpfs needs root)"
+    probe = Path(tempfile.mkdtemp(prefix="jaxgrade-probe-"))
+    try:
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=1m", "jaxgrade-probe", str(probe)], capture_output=True
+        )
+        if done.returncode != 0:
+            return False, f"mount -t tmpfs failed: {done.stderr.decode(errors='replace').strip()[:200]}"
+        subprocess.run(["umount", str(probe)], capture_output=True)
+        sweep_stale_scratch()
+        return True, ""
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+
+
+def resource_warning() -> str | None:
+    """What about a sandbox's resources is not bounded here (None when everything is)."""
+    parts = []
+    cg = cgroups.cgroup_warning()
+    if cg:
+        parts.append(cg)
+    ok, why = scratch_status()
+    if not ok:
+        parts.append(
+            f"WARNING: scratch directories are not size-capped ({why}): a submission can fill the disk "
+            "that holds $TMPDIR (keep the output directory on another filesystem)."
+        )
+    return "\n".join(parts) or None

@@ -1,0 +1,1 @@
+"""Turning notebooks, folders and LMS downloads into submissions."""

@@ -1,0 +1,1 @@
+"""Where grades go: LMS exports, feedback pages, atomic writes, posting to Canvas."""

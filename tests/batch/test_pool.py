@@ -1,0 +1,222 @@
+"""grader/batch/pool.py: a trusted worker lost mid-task costs only that task, and the batch goes on.
+
+The unit tests kill workers from inside their task (SIGKILL, as the OOM killer sends it).  The
+batch tests kill the trusted grading process of a real `jaxgrade grade` run from outside, the
+way the OOM killer or an operator would, and check the retry, the "lost" status, the exit code,
+the gradebook and the rerun."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from grader.batch.pool import Lost, TrustedPool, WorkerError
+from tests.minicourse import make_minicourse, notebook, procs_with
+
+# ----------------------------------------------------------------------------- unit: the pool
+
+
+def double(x: int) -> int:
+    return 2 * x
+
+
+def die_once(marker: str, x: int) -> int:
+    """Killed the first time it runs for ``x`` (a marker file remembers), then answers."""
+    path = Path(marker) / str(x)
+    if not path.exists():
+        path.write_text("died")
+        os.kill(os.getpid(), signal.SIGKILL)
+    return 2 * x
+
+
+def die_on_three(x: int) -> int:
+    if x == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return 2 * x
+
+
+def exit_on_three(x: int) -> int:
+    if x == 3:
+        os._exit(7)
+    return 2 * x
+
+
+def raise_on_three(x: int) -> int:
+    if x == 3:
+        raise ValueError("a grader bug")
+    return 2 * x
+
+
+def tasks(n: int) -> list[tuple[int, tuple[int]]]:
+    return [(i, (i,)) for i in range(n)]
+
+
+def test_results_come_back_for_every_task() -> None:
+    with TrustedPool(2) as pool:
+        assert dict(pool.run(double, tasks(6))) == {i: 2 * i for i in range(6)}
+        assert dict(pool.run(double, tasks(3))) == {i: 2 * i for i in range(3)}  # the same workers again
+        assert pool.started == 2 and len(pool.pids()) == 2
+    assert pool.pids() == []  # closed with the block
+
+
+def test_a_worker_killed_once_is_replaced_and_its_task_graded_again(tmp_path: Path) -> None:
+    with TrustedPool(2) as pool:
+        got = dict(pool.run(die_once, [(i, (str(tmp_path), i)) for i in range(4)]))
+    assert got == {i: 2 * i for i in range(4)}  # every task answered, each after one loss
+    # a fresh process replaces a lost one when a task waits for it; the last retries may go to a
+    # worker that is already idle instead
+    assert 2 + 1 <= pool.started <= 2 + 4
+
+
+def test_a_task_lost_twice_is_reported_and_the_others_go_on() -> None:
+    with TrustedPool(2) as pool:
+        got = dict(pool.run(die_on_three, tasks(6)))
+    assert {k: v for k, v in got.items() if k != 3} == {i: 2 * i for i in range(6) if i != 3}
+    lost = got[3]
+    assert isinstance(lost, Lost) and lost.attempts == 2 and lost.exitcode == -signal.SIGKILL
+    assert "killed by SIGKILL" in lost.cause and "out-of-memory killer" in lost.cause
+
+
+def test_an_exit_is_a_loss_too_and_the_attempts_are_configurable() -> None:
+    with TrustedPool(1, attempts=3) as pool:
+        got = dict(pool.run(exit_on_three, tasks(5)))
+    assert got[3] == Lost(3, 7) and got[3].cause == "exit code 7"
+    assert got[4] == 8 and pool.started == 1 + 3
+
+
+def test_a_task_that_raises_is_a_grader_bug_and_stops_the_pool() -> None:
+    pool = TrustedPool(2)
+    with pytest.raises(WorkerError, match="ValueError: a grader bug"):
+        dict(pool.run(raise_on_three, tasks(6)))
+    assert pool.pids() == []  # the error closed it
+
+
+def test_closing_the_run_early_kills_the_workers() -> None:
+    pool = TrustedPool(2)
+    run = pool.run(double, tasks(10))
+    next(run)
+    pids = pool.pids()
+    assert pids
+    run.close()  # what an exception in the caller's loop (Ctrl-C, a full disk) does
+    for pid in pids:
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(ValueError):
+        TrustedPool(0)
+
+
+# ----------------------------------------------------------------------------- a real batch
+
+SLEEPY = "import time\ntime.sleep(12)\ndef double(x):\n    return 2 * x"
+
+
+def trusted_workers(tag: str) -> list[int]:
+    """The batch's trusted grading processes (spawned pool workers) that have started a sandbox."""
+    out = []
+    for pid in procs_with(tag):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except OSError:
+            continue
+        if b"multiprocessing" in cmdline and children:
+            out.append(pid)
+    return out
+
+
+def start_grade(tmp: Path, course: Path, folder: Path, tag: str) -> subprocess.Popen[str]:
+    cmd = [sys.executable, "-m", "grader", "--course", str(course), "grade", "--assignment", "double"]
+    cmd += ["--out", str(tmp / "out"), "--jobs", "2", str(folder)]
+    env = {**os.environ, "JAXGRADE_TEST_TAG": tag}
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def kill_busy_worker(proc: subprocess.Popen[str], tag: str, seen: set[int]) -> int:
+    """SIGKILL a trusted worker that is grading (not one killed before), as the OOM killer would."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        busy = [p for p in trusted_workers(tag) if p not in seen]
+        if busy:
+            time.sleep(1.0)  # inside the notebook's sleep
+            os.kill(busy[0], signal.SIGKILL)
+            seen.add(busy[0])
+            return busy[0]
+        time.sleep(0.2)
+    raise AssertionError("no trusted worker was seen grading")
+
+
+def results(out: Path) -> dict[str, dict]:
+    return {
+        (rec := json.loads(f.read_text(encoding="utf-8")))["student"]: rec for f in (out / "results").glob("*.json")
+    }
+
+
+def gradebook_students(out: Path) -> list[str]:
+    with sqlite3.connect(out / "gradebook.db") as db:
+        return sorted(r[0] for r in db.execute("SELECT student FROM results"))
+
+
+@pytest.fixture
+def course(tmp_path: Path) -> Path:
+    return make_minicourse(tmp_path / "course", "{cell_timeout: 60, call_timeout: 20, wall_timeout: 300}")
+
+
+@pytest.mark.slow
+def test_a_trusted_process_killed_mid_batch_costs_nothing(tmp_path: Path, course: Path) -> None:
+    """The worker grading one submission is killed; that submission is graded again in a fresh
+    process, and every student gets what they get alone."""
+    folder = tmp_path / "class"
+    folder.mkdir()
+    (folder / "sleepy.ipynb").write_text(notebook("full").replace("def double(x):", SLEEPY.replace("\n", "\\n")))
+    (folder / "full.ipynb").write_text(notebook("full"))
+    (folder / "half.ipynb").write_text(notebook("half"))
+    tag = uuid.uuid4().hex
+    proc = start_grade(tmp_path, course, folder, tag)
+    kill_busy_worker(proc, tag, set())
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    recs = results(tmp_path / "out")
+    assert {k: (r["status"], r["score"]) for k, r in recs.items()} == {
+        "sleepy": ("graded", 4.0),
+        "full": ("graded", 4.0),
+        "half": ("graded", recs["half"]["score"]),
+    }
+    assert recs["half"]["score"] < 4
+    assert "was lost" in err and "grading it again" in err
+    assert gradebook_students(tmp_path / "out") == ["full", "half", "sleepy"]
+    assert not procs_with(tag)
+
+
+@pytest.mark.slow
+def test_a_submission_whose_trusted_process_is_lost_twice_is_not_kept_and_the_rerun_grades_it(
+    tmp_path: Path, course: Path
+) -> None:
+    folder = tmp_path / "class"
+    folder.mkdir()
+    (folder / "sleepy.ipynb").write_text(notebook("full").replace("def double(x):", SLEEPY.replace("\n", "\\n")))
+    tag = uuid.uuid4().hex
+    proc = start_grade(tmp_path, course, folder, tag)
+    seen: set[int] = set()
+    kill_busy_worker(proc, tag, seen)
+    kill_busy_worker(proc, tag, seen)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 1, err
+    assert "1 submission(s) not graded: the grader's own process was lost while grading them (sleepy)" in err
+    assert "TIP: Run the same command again: it grades only these." in err
+    assert "lost 1" in err  # the progress counts
+    assert results(tmp_path / "out") == {} and gradebook_students(tmp_path / "out") == []
+    rerun = start_grade(tmp_path, course, folder, uuid.uuid4().hex)
+    _, err = rerun.communicate(timeout=600)
+    assert rerun.returncode == 0, err
+    assert results(tmp_path / "out")["sleepy"]["score"] == 4.0

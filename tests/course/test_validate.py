@@ -1,0 +1,90 @@
+"""``jaxgrade validate`` on a small course: it accepts a sound assignment and names what is wrong."""
+
+from __future__ import annotations
+
+import io
+import textwrap
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from grader.cli import main
+from grader.course.config import ConfigError, load_course
+from grader.course.validate import mutant_category, validate
+
+pytestmark = pytest.mark.slow
+
+HIDDEN = """
+    import numpy as np
+    import pytest
+    from grader.grading.checks import assert_close, check_jit
+
+    @pytest.mark.category("numerics")
+    @pytest.mark.points(2)
+    def test_double(submission, reference, rng):
+        x = rng.standard_normal(5).astype(np.float32)
+        assert_close(submission.double(x), reference.double(x))
+
+    @pytest.mark.category("jit")
+    @pytest.mark.points(1)
+    def test_double_jit(submission, reference, rng):
+        x = rng.standard_normal(5).astype(np.float32)
+        check_jit(submission, "double", (x,), reference=reference.double)
+"""
+
+
+def make_course(tmp_path: Path, mutants: dict[str, str]) -> Path:
+    (tmp_path / "grading.yaml").write_text("course: t\nassignments:\n  toy: {}\n")
+    a = tmp_path / "assignments" / "toy"
+    r = tmp_path / "reference" / "toy"
+    (a / "tests").mkdir(parents=True)
+    (r / "tests").mkdir(parents=True)
+    (r / "mutants").mkdir()
+    (a / "assignment.yaml").write_text("name: toy\ntitle: Toy\nnotebook: toy.ipynb\nfunctions: [double]\n")
+    starter = nbformat.v4.new_notebook()
+    starter.cells = [nbformat.v4.new_code_cell("import jax.numpy as jnp\n# TODO: define double(x)")]
+    nbformat.write(starter, a / "toy.ipynb")
+    (r / "solution.py").write_text("import jax.numpy as jnp\n# %%\ndef double(x):\n    return 2 * jnp.asarray(x)\n")
+    (r / "tests" / "test_hidden.py").write_text(textwrap.dedent(HIDDEN))
+    for name, text in mutants.items():
+        (r / "mutants" / f"{name}.py").write_text(text)
+    return tmp_path
+
+
+OFF_BY_ONE = (
+    "# jaxgrade-mutant: fails=numerics\nimport jax.numpy as jnp\ndef double(x):\n    return 2 * jnp.asarray(x) + 1\n"
+)
+NOT_JITTABLE = "# jaxgrade-mutant: fails=jit\nimport numpy as np\ndef double(x):\n    return np.asarray(x) * 2\n"
+CORRECT_BUT_CLAIMED = "# jaxgrade-mutant: fails=numerics\nimport jax.numpy as jnp\ndef double(x):\n    return x + x\n"
+
+
+def test_sound_assignment_is_valid(tmp_path: Path) -> None:
+    root = make_course(tmp_path, {"off_by_one": OFF_BY_ONE, "not_jittable": NOT_JITTABLE})
+    out = io.StringIO()
+    assert main(["--course", str(root), "validate", "toy", "--jobs", "1"], out=out) == 0
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "validate toy:"
+    assert lines[-1] == "valid"
+    text = out.getvalue()
+    assert "ok   reference" in text and "3/3" in text
+    assert "ok   mutant off_by_one" in text and "ok   mutant not_jittable" in text
+    assert "ok   starter" in text and "0/3" in text
+
+
+def test_mutant_that_is_not_caught_fails_validation(tmp_path: Path) -> None:
+    root = make_course(tmp_path, {"correct_but_claimed": CORRECT_BUT_CLAIMED})
+    report = validate(load_course(root).assignment("toy"), jobs=1)
+    assert not report.ok
+    bad = [o for o in report.outcomes if not o.ok]
+    assert [o.label for o in bad] == ["mutant correct_but_claimed"]
+    assert bad[0].expectation == "loses points in numerics"
+
+
+def test_mutant_header_is_required(tmp_path: Path) -> None:
+    p = tmp_path / "m.py"
+    p.write_text("# a mutant without its header\n")
+    with pytest.raises(ConfigError, match="first line must be `# jaxgrade-mutant: fails=<category>`"):
+        mutant_category(p)
+    p.write_text("# jaxgrade-mutant: fails=numerics\n")
+    assert mutant_category(p) == "numerics"

@@ -1,0 +1,60 @@
+"""grade_notebook / grade_many end to end on small courses."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from grader.course.config import load_course
+from grader.grading.grade import grade_many
+
+pytestmark = pytest.mark.slow
+
+
+def test_multi_device_assignment_runs_everywhere_with_its_device_count(tmp_path: Path) -> None:
+    """devices: 4 in assignment.yaml: the sandbox, the evaluator and the trusted process that
+    computes references all see 4 devices (references must match the students' setting)."""
+    (tmp_path / "grading.yaml").write_text("course: t\nassignments:\n  par: {}\n")
+    a, r = tmp_path / "assignments" / "par", tmp_path / "reference" / "par"
+    (a / "tests").mkdir(parents=True)
+    (r / "tests").mkdir(parents=True)
+    (a / "assignment.yaml").write_text("name: par\ntitle: P\nnotebook: par.ipynb\nfunctions: [count]\ndevices: 4\n")
+    nbformat.write(nbformat.v4.new_notebook(), a / "par.ipynb")
+    (r / "solution.py").write_text("import jax\ndef count():\n    return jax.device_count()\n")
+    (r / "tests" / "test_hidden.py").write_text(
+        textwrap.dedent(
+            """
+            import numpy as np
+            import pytest
+            from grader.grading.checks import check_parallel
+
+            @pytest.mark.category("parallelism")
+            @pytest.mark.points(1)
+            def test_counts(submission, reference):
+                assert reference.count() == 4, "trusted side"
+                assert submission["count"]() == 4, "sandbox"  # `count` is also a proxy method
+
+            @pytest.mark.category("parallelism")
+            @pytest.mark.points(1)
+            def test_pmap_result_spans_devices(submission):
+                check_parallel(submission, "double", (np.ones((4, 3), np.float32),), devices=4)
+            """
+        )
+    )
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell(
+            "import jax\ndef count():\n    return jax.device_count()\ndouble = jax.pmap(lambda x: 2 * x)"
+        )
+    ]
+    path = tmp_path / "student.ipynb"
+    nbformat.write(nb, path)
+    rec = grade_many(load_course(tmp_path).assignment("par"), [path], jobs=1)[path]
+    assert rec.status == "graded", rec.message
+    assert [(t.name, t.status, t.message) for t in rec.tests] == [
+        ("test_counts", "passed", ""),
+        ("test_pmap_result_spans_devices", "passed", ""),
+    ]

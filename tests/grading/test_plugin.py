@@ -1,0 +1,215 @@
+"""The pytest plugin: markers, point splitting, outcomes, and staff mistakes reported as such."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+
+from grader.course.config import load_course
+from grader.grading.grade import collect_points, run_tests
+from grader.host.session import MissingName
+
+
+def make_course(tmp_path: Path, hidden: str, public: str = "") -> Any:
+    (tmp_path / "grading.yaml").write_text("course: t\nseed: 3\nassignments:\n  toy: {}\n")
+    a = tmp_path / "assignments" / "toy"
+    r = tmp_path / "reference" / "toy"
+    (a / "tests").mkdir(parents=True)
+    (r / "tests").mkdir(parents=True)
+    (a / "assignment.yaml").write_text("name: toy\ntitle: Toy\nnotebook: toy.ipynb\nfunctions: [double]\n")
+    nbformat.write(nbformat.v4.new_notebook(), a / "toy.ipynb")
+    (r / "solution.py").write_text("def double(x):\n    return 2 * x\n")
+    (a / "tests" / "test_public.py").write_text(textwrap.dedent(public))
+    (r / "tests" / "test_hidden.py").write_text(textwrap.dedent(hidden))
+    return load_course(tmp_path).assignment("toy")
+
+
+class Fake:
+    def __init__(self, funcs: dict[str, Any]) -> None:
+        self.funcs = funcs
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in self.funcs:
+
+            def missing(*a: Any, **k: Any) -> Any:
+                raise MissingName(name)
+
+            return missing
+        return self.funcs[name]
+
+
+HIDDEN = """
+    import pytest
+    from grader.grading.checks import assert_close
+
+    @pytest.mark.category("numerics")
+    @pytest.mark.points(3)
+    @pytest.mark.parametrize("x", [1.0, 2.0, 3.0])
+    def test_double(submission, reference, x):
+        '''double doubles.'''
+        assert_close(submission.double(x), reference.double(x))
+
+    @pytest.mark.category("purity")
+    @pytest.mark.points(1)
+    @pytest.mark.visible
+    def test_seeded(submission, rng):
+        rng.integers(0, 1000)  # the fixture works in a hidden test
+        assert_close(submission.double(0.5), 1.0)
+"""
+
+
+def test_points_split_and_outcomes(tmp_path: Path) -> None:
+    a = make_course(tmp_path, HIDDEN)
+    results, errors = run_tests(a, Fake({"double": lambda x: 2 * x if x != 2.0 else 0.0}))
+    assert errors == []
+    by = {r.name: r for r in results}
+    assert [by[f"test_double[{x}]"].max_score for x in (1.0, 2.0, 3.0)] == [1.0, 1.0, 1.0]
+    assert by["test_double[2.0]"].status == "failed" and by["test_double[2.0]"].score == 0
+    assert by["test_double[2.0]"].message.startswith("result: 1 of 1 values differ")
+    assert by["test_double[1.0]"].title == "double doubles."
+    assert by["test_double[1.0]"].visibility == "after_published"
+    assert by["test_seeded"].visibility == "visible"
+    assert sum(r.score for r in results) == 3.0
+
+
+def test_missing_function_fails_with_its_name(tmp_path: Path) -> None:
+    a = make_course(tmp_path, HIDDEN)
+    results, _ = run_tests(a, Fake({}))
+    assert {r.message for r in results} == {"`double` is not defined in the notebook"}
+    assert all(r.status == "failed" and r.score == 0 for r in results)
+
+
+def test_public_only_runs_no_hidden_test(tmp_path: Path) -> None:
+    public = """
+        import pytest
+        @pytest.mark.category("numerics")
+        @pytest.mark.points(1)
+        def test_pub(submission):
+            assert submission.double(1.0) == 2.0
+    """
+    a = make_course(tmp_path, HIDDEN, public)
+    results, _ = run_tests(a, Fake({"double": lambda x: 2 * x}), public_only=True)
+    assert [r.name for r in results] == ["test_pub"]
+    assert results[0].visibility == "visible"
+
+
+def test_bad_category_is_a_staff_error_with_suggestion(tmp_path: Path) -> None:
+    bad = """
+        import pytest
+        @pytest.mark.category("numeric")
+        @pytest.mark.points(1)
+        def test_x(submission):
+            pass
+    """
+    a = make_course(tmp_path, bad)
+    _, errors = run_tests(a, Fake({}))
+    assert len(errors) == 1
+    assert errors[0].endswith(
+        "@pytest.mark.category must be one of numerics, jit, vectorization, purity, prng, structure, "
+        "parallelism, got 'numeric' - maybe you meant 'numerics'?"
+    )
+
+
+def test_missing_points_marker(tmp_path: Path) -> None:
+    bad = """
+        import pytest
+        @pytest.mark.category("jit")
+        def test_x(submission):
+            pass
+    """
+    _, errors = run_tests(make_course(tmp_path, bad), Fake({}))
+    assert errors and "needs @pytest.mark.points(n)" in errors[0]
+
+
+def test_broken_hidden_test_is_an_error_not_a_student_failure(tmp_path: Path) -> None:
+    broken = """
+        import pytest
+        @pytest.mark.category("jit")
+        @pytest.mark.points(1)
+        def test_x(submission):
+            {}["nope"]
+    """
+    results, _ = run_tests(make_course(tmp_path, broken), Fake({}))
+    assert results[0].status == "error"
+    assert results[0].message.startswith("the test itself failed (KeyError")
+
+
+def test_syntax_error_in_hidden_tests_is_reported(tmp_path: Path) -> None:
+    _, errors = run_tests(make_course(tmp_path, "def test_x(:\n"), Fake({}))
+    assert any("could not collect" in e for e in errors)
+
+
+def test_collect_points(tmp_path: Path) -> None:
+    assert collect_points(make_course(tmp_path, HIDDEN)) == {"numerics": 3.0, "purity": 1.0}
+
+
+def test_rng_is_seeded_per_test(tmp_path: Path) -> None:
+    seen = """
+        import pytest
+        VALUES = []
+        @pytest.mark.category("numerics")
+        @pytest.mark.points(1)
+        @pytest.mark.parametrize("i", [0, 1])
+        def test_r(submission, rng, i):
+            submission.record(float(rng.random()))
+    """
+    got: list[float] = []
+    a = make_course(tmp_path, seen)
+    run_tests(a, Fake({"record": got.append}))
+    run_tests(a, Fake({"record": got.append}))
+    assert got[:2] == got[2:]  # same seed, same test: same draw
+    assert got[0] != got[1]  # different tests: different draws
+    run_tests(a, Fake({"record": got.append}), seed=99)
+    assert got[4:6] != got[:2]
+
+
+def test_scrub_removes_whole_lines_the_sandbox_said() -> None:
+    """The backstop removes every long enough line of the sandbox's text, and nothing of the
+    grader's own words (short pieces that JAX's messages share with them stay)."""
+    from grader.grading.plugin import scrub
+
+    said = ["inputs were 0.1234567 1.5\nglobal_mean\nsecond line holds 2.75", "MyError_0.99"]
+    message = "`global_mean` raised ValueError at cell 2: inputs were 0.1234567 1.5 / second line holds 2.75"
+    assert scrub(message, said) == "`global_mean` raised ValueError at cell 2: […] / […]"
+    assert scrub("nothing of it here", said) == "nothing of it here"
+
+
+LOOSE = """
+    import pytest
+    from grader.grading.checks import assert_close
+
+    @pytest.fixture
+    def compared():
+        assert_close(1.05, 1.0)  # a fixture's comparison uses the assignment's tolerance too
+        return True
+
+    @pytest.mark.category("numerics")
+    @pytest.mark.points(1)
+    def test_loose(submission, compared):
+        assert_close(submission.double(1.0), 2.0)
+"""
+
+
+def test_the_assignments_tolerance_reaches_checks_through_the_plugin_only(tmp_path: Path) -> None:
+    from grader.grading.checks import TOLERANCE, CheckFailure, Tolerance, assert_close
+
+    for d in ("loose", "strict"):
+        (tmp_path / d).mkdir()
+    make_course(tmp_path / "loose", LOOSE)
+    (tmp_path / "loose" / "assignments" / "toy" / "assignment.yaml").write_text(
+        "name: toy\ntitle: Toy\nnotebook: toy.ipynb\nfunctions: [double]\ntolerance: {rtol: 0.1, atol: 0}\n"
+    )
+    loose = load_course(tmp_path / "loose").assignment("toy")
+    strict = make_course(tmp_path / "strict", LOOSE)
+    almost = Fake({"double": lambda x: 2.1 * x})
+    results, errors = run_tests(loose, almost)
+    assert errors == [] and [r.status for r in results] == ["passed"]
+    results, _ = run_tests(strict, almost)  # the next assignment does not inherit it
+    assert [r.status for r in results] == ["failed"]  # the fixture's comparison fails at setup
+    assert TOLERANCE.get() == Tolerance()  # nothing outlives a run
+    with pytest.raises(CheckFailure):
+        assert_close(2.1, 2.0)  # outside a run: the default

@@ -1,0 +1,231 @@
+"""grader/host/xla_cache.py: a compilation cache that only trusted code writes and sandboxes only read.
+
+The real tests grade notebooks in bubblewrap sandboxes against the ``double`` course.  A cell
+counts JAX's persistent-cache hits, and ``double`` is right only when there was one, so the
+score says whether the sandbox read the cache.  The attack notebook lists, writes, replaces and
+chmods the mounted cache; ``double`` is right only when one of them worked, so a 0 means
+"blocked"."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from grader.course.config import load_course
+from grader.grading.grade import cache_status, grade_many, grade_notebook, trusted_cache_dir, warm_cache
+from grader.host import xla_cache
+from grader.host.sandbox import choose_isolation
+from grader.host.xla_cache import XlaCache
+from tests.conftest import build_notebook
+from tests.minicourse import make_minicourse, notebook
+
+# ----------------------------------------------------------------------------- unit
+
+
+def test_publish_keeps_regular_well_named_files_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JAXGRADE_CACHE_DIR", str(tmp_path / "c"))
+    staged = xla_cache.staging()
+    assert stat.S_IMODE(staged.stat().st_mode) == 0o777 and stat.S_IMODE(staged.parent.stat().st_mode) == 0o700
+    (staged / "jit_sin-abc123-cache").write_bytes(b"executable")
+    (staged / "bad name!").write_bytes(b"x")
+    (staged / "sub").mkdir()
+    (tmp_path / "secret").write_text("host file")
+    (staged / "link-cache").symlink_to(tmp_path / "secret")
+    (staged / "huge-cache").write_bytes(b"x" * (xla_cache.MAX_ENTRY_BYTES + 1))
+    final = xla_cache.cache_root() / "double-0"
+    assert xla_cache.publish(staged, final) == 1
+    assert sorted(os.listdir(final)) == ["jit_sin-abc123-cache"]
+    assert stat.S_IMODE(final.stat().st_mode) == 0o711
+    assert stat.S_IMODE((final / "jit_sin-abc123-cache").stat().st_mode) == 0o644
+    assert not staged.parent.exists()  # the staging folder is gone
+    assert xla_cache.ready(final) == XlaCache(final)
+
+
+def test_a_second_publisher_keeps_the_first_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JAXGRADE_CACHE_DIR", str(tmp_path / "c"))
+    final = xla_cache.cache_root() / "double-0"
+    for content in (b"first", b"second"):
+        staged = xla_cache.staging()
+        (staged / "e-cache").write_bytes(content)
+        xla_cache.publish(staged, final)
+    assert (final / "e-cache").read_bytes() == b"first"
+    assert [p.name for p in final.parent.iterdir()] == ["double-0"]  # no staging or half-made folder left
+
+
+def test_the_key_follows_the_assignment_version_and_the_xla_flags() -> None:
+    base = xla_cache.cache_key("v1", {"XLA_FLAGS": "--a"})
+    assert base == xla_cache.cache_key("v1", {"XLA_FLAGS": "--a"})
+    assert base != xla_cache.cache_key("v2", {"XLA_FLAGS": "--a"})
+    assert base != xla_cache.cache_key("v1", {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
+
+
+def test_a_reading_sandbox_never_writes_and_a_warming_one_does() -> None:
+    reading, warming = XlaCache(Path("/c")).env(), XlaCache(Path("/c"), writable=True).env()
+    assert float(reading["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]) >= 1e9
+    assert warming["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
+    assert XlaCache(Path("/c")).bind_args() == ["--ro-bind", "/c", xla_cache.MOUNT]
+    assert XlaCache(Path("/c"), writable=True).bind_args()[0] == "--bind"
+
+
+def test_the_cache_lives_where_the_user_says(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("JAXGRADE_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert xla_cache.cache_root() == tmp_path / "jaxgrade" / "xla"
+    monkeypatch.setenv("JAXGRADE_CACHE_DIR", str(tmp_path / "mine"))
+    assert xla_cache.cache_root() == tmp_path / "mine" / "xla"
+
+
+# ----------------------------------------------------------------------------- real sandboxes
+
+COUNT_HITS = """
+import jax, jax.numpy as jnp
+from jax import monitoring
+HITS = []
+monitoring.register_event_listener(lambda name, **kw: HITS.append(name) if name.endswith("cache_hits") else None)
+jnp.sin(jnp.arange(7.0) * 3.0).block_until_ready()
+"""
+RIGHT_IF_HIT = "def double(x):\n    return 2 * x if HITS else 3 * x"
+
+
+def _corpus_attack() -> str:
+    """h_poison_compile_cache's cell, from the hostile corpus's generator (one attack, two tests)."""
+    path = Path(__file__).resolve().parents[1] / "corpus" / "hostile" / "make_corpus.py"
+    spec = importlib.util.spec_from_file_location("hostile_make_corpus", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.POISON_CACHE
+
+
+# the corpus's attack, plus whether the cache was mounted at all (here it must be)
+ATTACK_CACHE = _corpus_attack() + "\nMOUNTED = os.path.isdir(d)\n"
+RIGHT_IF_FOUND = "def double(x):\n    return 2 * x if FOUND or not MOUNTED else 3 * x"
+
+
+@pytest.fixture
+def bwrap_course(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    if choose_isolation("auto") != "bwrap":
+        if os.environ.get("JAXGRADE_REQUIRE_BWRAP", "") not in ("", "0"):
+            pytest.fail("bubblewrap is required (JAXGRADE_REQUIRE_BWRAP is set) but does not work here")
+        pytest.skip("the cache is mounted only into bubblewrap sandboxes; bubblewrap does not work here")
+    monkeypatch.setenv("JAXGRADE_CACHE_DIR", str(tmp_path / "cache"))
+    return make_minicourse(tmp_path / "course", "{cell_timeout: 60, call_timeout: 20, wall_timeout: 300}")
+
+
+@pytest.mark.slow
+def test_a_sandbox_reads_what_trusted_code_compiled_and_cannot_change_it(bwrap_course: Path, tmp_path: Path) -> None:
+    a = load_course(bwrap_course).assignment("double", staff=True)
+    counting = tmp_path / "counting.ipynb"
+    counting.write_text(build_notebook(COUNT_HITS, RIGHT_IF_HIT))
+    attack = tmp_path / "attack.ipynb"
+    attack.write_text(build_notebook(ATTACK_CACHE, RIGHT_IF_FOUND))
+
+    # without a cache: no hit, so the counting notebook's double is wrong
+    assert grade_notebook(a, counting).score == 0
+    # trusted code (here the same cell, as the reference's run would) warms it
+    staged = xla_cache.staging()
+    grade_notebook(a, counting, xla_cache=XlaCache(staged, writable=True))
+    final = xla_cache.cache_root() / "double-test"
+    assert xla_cache.publish(staged, final) >= 1
+    before = {p.name: p.read_bytes() for p in final.iterdir()}
+    cache = xla_cache.ready(final)
+    assert cache is not None
+
+    assert grade_notebook(a, counting, xla_cache=cache).score == 4  # a hit: the sandbox read it
+    rec = grade_notebook(a, attack, xla_cache=cache)
+    assert (rec.status, rec.score) == ("graded", 0), rec  # mounted, and every attack failed
+    assert {p.name: p.read_bytes() for p in final.iterdir()} == before
+    assert stat.S_IMODE(final.stat().st_mode) == 0o711
+
+
+@pytest.mark.slow
+def test_a_batch_warms_the_cache_from_the_reference_once(bwrap_course: Path, tmp_path: Path) -> None:
+    a = load_course(bwrap_course).assignment("double", staff=True)
+    final = trusted_cache_dir(a)
+    assert xla_cache.ready(final) is None
+    folder = tmp_path / "class"
+    folder.mkdir()
+    paths = []
+    for kind in ("full", "half", "zero"):
+        paths.append(folder / f"{kind}.ipynb")
+        paths[-1].write_text(notebook(kind))
+    records = grade_many(a, paths, jobs=2)
+    assert {p.stem: r.score for p, r in records.items()} == {"full": 4.0, "half": 2.0, "zero": 0.0}
+    assert xla_cache.ready(final) is not None  # published by the warming task
+    assert [p.name for p in final.parent.iterdir()] == [final.name]  # nothing staged is left
+    mtime = final.stat().st_mtime_ns
+    grade_many(a, paths[:1], jobs=2)
+    assert final.stat().st_mtime_ns == mtime  # warmed once: the next batch only reads it
+
+
+def test_warming_failure_costs_nothing_but_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JAXGRADE_CACHE_DIR", str(tmp_path / "cache"))
+    course = make_minicourse(tmp_path / "course")
+    a = load_course(course).assignment("double", staff=True)
+    (course / "reference" / "double" / "solution.py").unlink()
+    assert warm_cache(a, "process", tmp_path / "cache" / "xla" / "x") == 0
+    assert not (tmp_path / "cache" / "xla" / "x").exists()
+    assert [p.name for p in (tmp_path / "cache" / "xla").iterdir()] == []
+
+
+def test_the_ta_is_told_which_cache_a_batch_uses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JAXGRADE_CACHE_DIR", str(tmp_path / "cache"))
+    a = load_course(make_minicourse(tmp_path / "course")).assignment("double", staff=True)
+    assert cache_status(a, "process") == "compilation cache: off (only bubblewrap sandboxes can mount it read-only)"
+    assert cache_status(a, "auto", cache=False) == "compilation cache: off (--no-cache)"
+    if choose_isolation("auto") != "bwrap":
+        return
+    assert cache_status(a, "bwrap", jobs=1, n=1) == (
+        "compilation cache: none yet for this assignment version (a batch of 3 or more warms it)"
+    )
+    final = trusted_cache_dir(a)
+    assert cache_status(a, "bwrap", jobs=2, n=1) == (
+        f"compilation cache: warming {final} by grading the reference once, beside the first submissions"
+    )
+    final.mkdir(parents=True)
+    assert cache_status(a, "bwrap") == f"compilation cache: {final}"
+
+
+SECRET_HELPER = """
+import jax, jax.numpy as jnp
+
+def _secret_trick_helper(v):
+    return jnp.cumsum(v * 2.0)
+
+def f(v):  # the jitted function's own name is in its module name, and so in the entry's key
+    return _secret_trick_helper(v)
+
+jax.jit(f)(jnp.arange(6.0)).block_until_ready()
+"""
+
+
+@pytest.mark.slow
+def test_published_entries_carry_no_names_of_the_warming_code(bwrap_course: Path, tmp_path: Path) -> None:
+    """Red team: the entries kept the warming run's function names and cell file names in their
+    debug locations, readable by a sandbox that names the entry."""
+    import zlib
+
+    a = load_course(bwrap_course).assignment("double", staff=True)
+    nb = tmp_path / "secret.ipynb"
+    nb.write_text(build_notebook(SECRET_HELPER, "def double(x):\n    return 2 * x"))
+    staged = xla_cache.staging()
+    grade_notebook(a, nb, xla_cache=XlaCache(staged, writable=True))
+    final = xla_cache.cache_root() / "double-secret"
+    assert xla_cache.publish(staged, final) >= 1
+    for entry in final.iterdir():
+        data = entry.read_bytes()
+        texts = [data]
+        for wbits in (zlib.MAX_WBITS, -zlib.MAX_WBITS, zlib.MAX_WBITS | 16):
+            with contextlib.suppress(zlib.error):
+                texts.append(zlib.decompress(data, wbits))
+        with contextlib.suppress(Exception):
+            import zstandard
+
+            texts.append(zstandard.ZstdDecompressor().decompress(data, max_output_size=1 << 28))
+        for text in texts:
+            assert b"_secret_trick_helper" not in text and b"ipykernel" not in text, entry.name

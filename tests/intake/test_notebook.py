@@ -1,0 +1,181 @@
+"""Reading and normalizing submissions, and inspecting their source (trusted side)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from grader.intake.notebook import (
+    NotebookError,
+    definition_sources,
+    fresh_jit_in_loop,
+    load_notebook,
+    mentions,
+    notebook_from_script,
+    reachable_sources,
+    writes_into_arguments,
+)
+
+
+def _write(path: Path, data: object) -> Path:
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def test_not_json_names_file_and_problem(tmp_path: Path) -> None:
+    p = tmp_path / "hw.ipynb"
+    p.write_text("this is not json {", encoding="utf-8")
+    with pytest.raises(NotebookError) as e:
+        load_notebook(p)
+    assert str(e.value) == f"{p}: is not a notebook: invalid JSON at line 1, column 1 (Expecting value)"
+
+
+def test_json_without_cells(tmp_path: Path) -> None:
+    with pytest.raises(NotebookError, match="JSON without a 'cells' list"):
+        load_notebook(_write(tmp_path / "a.ipynb", {"hello": 1}))
+
+
+def test_binary_file(tmp_path: Path) -> None:
+    p = tmp_path / "b.ipynb"
+    p.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(NotebookError, match="not UTF-8 text"):
+        load_notebook(p)
+
+
+def test_invalid_notebook_schema(tmp_path: Path) -> None:
+    data = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [{"cell_type": "code"}]}
+    with pytest.raises(NotebookError, match="is not a valid notebook"):
+        load_notebook(_write(tmp_path / "c.ipynb", data))
+
+
+def test_old_minor_without_ids_is_normalized(tmp_path: Path) -> None:
+    data = {
+        "nbformat": 4,
+        "nbformat_minor": 2,
+        "metadata": {"jaxgrade": {"assignment": "vmap_convolve"}},
+        "cells": [
+            {
+                "cell_type": "code",
+                "metadata": {},
+                "source": ["x = 1\n", "y = 2"],
+                "outputs": [],
+                "execution_count": None,
+            },
+            {"cell_type": "markdown", "metadata": {}, "source": "# hi"},
+        ],
+    }
+    nb = load_notebook(_write(tmp_path / "old.ipynb", data))
+    assert nb.node.nbformat_minor == nbformat.v4.nbformat_minor
+    assert all(c.get("id") for c in nb.node.cells)
+    assert nb.assignment == "vmap_convolve"
+    assert nb.code_cells() == ["x = 1\ny = 2"]
+    assert len(nb.sha256) == 64
+
+
+def test_unsupported_major(tmp_path: Path) -> None:
+    with pytest.raises(NotebookError, match="unsupported nbformat version 5"):
+        load_notebook(_write(tmp_path / "d.ipynb", {"nbformat": 5, "cells": []}))
+
+
+def test_real_colab_notebook_loads() -> None:
+    nb = load_notebook(Path(__file__).parents[1] / "corpus" / "real" / "jax_basics_colab.ipynb")
+    assert nb.assignment is None
+    assert len(nb.code_cells()) > 10
+
+
+def test_definition_sources_and_mentions() -> None:
+    cells = [
+        "import jax\n%timeit 1+1\n!echo hi",
+        "def manual(xs, ws):\n    # vmap would be easier\n    return xs * 'vmap'",
+        "batched = jax.vmap(convolve)",
+        "from jax import vmap as vm\nother = vm(convolve)",
+    ]
+    manual = definition_sources(cells, "manual")
+    assert manual and manual[0].startswith("def manual")
+    assert not mentions(manual, "vmap")  # comments and strings do not count
+    assert mentions(definition_sources(cells, "batched"), "vmap")
+    assert mentions(["from jax import vmap as vm"], "vmap")
+    assert definition_sources(cells, "missing") == []
+
+
+def test_notebook_from_script_splits_cells() -> None:
+    nb = notebook_from_script("import jax\n# %%\ndef f():\n    return 1\n\n# %% another\nx = f()\n", "toy")
+    assert [c.source for c in nb.cells] == ["import jax", "def f():\n    return 1", "x = f()"]
+    assert nb.metadata["jaxgrade"] == {"assignment": "toy"}
+    nbformat.validate(nb)
+
+
+@pytest.mark.parametrize(
+    ("source", "found"),
+    [
+        (
+            "def g(x, n):\n    i = 0\n    while i < n:\n        i = jax.jit(lambda j: j + 1)(i)\n    return x + i",
+            "jax.jit(lambda j: j + 1)",
+        ),
+        (
+            "def g(x, n):\n    for _ in range(n):\n        x = jit(functools.partial(add, 1))(x)\n    return x",
+            "jit(functools.partial(add, 1))",
+        ),
+        (
+            "def g(x, n):\n    def body(i):\n        return i + 1\n    i = 0\n    while i < n:\n        i = jax.jit(body)(i)\n    return x + i",
+            "jax.jit(body)",
+        ),
+        # the tutorial's "this is OK": jit of a function defined once, outside, is cached by JAX
+        ("def g(x, n):\n    i = 0\n    while i < n:\n        i = jax.jit(loop_body)(i)\n    return x + i", ""),
+        ("def g(x, n):\n    i = 0\n    while i < n:\n        i = loop_body(i)\n    return x + i", ""),
+        # a jit made once per call, outside the loop, is the compile count's business
+        (
+            "def g(x, n):\n    body = jax.jit(partial(add, 1))\n    for _ in range(n):\n        x = body(x)\n    return x",
+            "",
+        ),
+    ],
+)
+def test_fresh_jit_in_loop(source: str, found: str) -> None:
+    assert fresh_jit_in_loop([source]) == found
+
+
+def test_reachable_sources_follow_free_names_only() -> None:
+    """A local variable that shares its name with a notebook definition (`result` below) is not
+    a reference to it: a hand-vectorized function beside a vmap demo is not said to use vmap."""
+    cells = [
+        "auto_batch_convolve = jax.vmap(convolve)\nresult = auto_batch_convolve(xs, ws)",
+        "def convolve(x, w):\n    return x",
+        "def manual(xs, ws):\n    result = []\n    for i in range(3):\n        result.append(xs[:, i])\n    return result",
+        "_rows = jax.vmap(convolve)",
+        "def hidden(xs, ws):\n    return _rows(xs, ws)",
+    ]
+    assert not mentions(reachable_sources(cells, "manual"), "vmap")
+    assert mentions(reachable_sources(cells, "hidden"), "vmap")
+
+
+@pytest.mark.parametrize(
+    ("cells", "found"),
+    [
+        (["def set_first(x, v):\n    if isinstance(x, np.ndarray):\n        x[0] = v\n    return x"], "x[0] = v"),
+        (["def set_first(x, v):\n    y = np.asarray(x)\n    y[0] = v\n    return y"], "y[0] = v"),
+        (["def inc(x, i, a):\n    np.add.at(x, i, a)\n    return x"], "np.add.at(x, i, a)"),
+        (["def inc(x, i, a):\n    x += a\n    return x"], "x += a"),
+        (["def clamp(x):\n    np.maximum(x, 0, out=x)\n    return x"], "np.maximum(x, 0, out=x)"),
+        (
+            [
+                "def _w(a, v):\n    a.flags.writeable = True\n    a[0] = v",
+                "def set_first(x, v):\n    _w(x, v)\n    return x",
+            ],
+            "_w(x, v)",
+        ),
+        # copies, JAX arrays and fresh buffers are not the caller's array
+        (["def set_first(x, v):\n    y = np.array(x)\n    y[0] = v\n    return y"], ""),
+        (["def set_first(x, v):\n    y = jnp.asarray(x)\n    return y.at[0].set(v)"], ""),
+        (["def _fill(buf):\n    buf[:] = 0", "def clamp(x):\n    y = x.copy()\n    _fill(y)\n    return y"], ""),
+    ],
+)
+def test_writes_into_arguments(cells: list[str], found: str) -> None:
+    name = (
+        "set_first"
+        if any("def set_first" in c for c in cells)
+        else ("inc" if any("def inc" in c for c in cells) else "clamp")
+    )
+    assert writes_into_arguments(cells, name) == found

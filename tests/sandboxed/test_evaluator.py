@@ -1,0 +1,372 @@
+"""The evaluator's module analysis and its gradient op, on modules exported here.
+
+Trusted test code may export functions in the test process: each module below is what a
+student's kernel would hand over for that way of writing the function, and the analysis is what
+the checks decide points from (grader/sandboxed/evaluator.py: ``analyze_module``).  Multi-device modules
+(pmap) are exported and analysed in a child process started with 4 CPU devices, like a pmap
+assignment is graded.  The last tests go through a real sandbox: ``Session.analyze``,
+``Session.evaluate`` and ``Session.evaluate_grad``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import export, lax
+
+from grader.host.session import _analysis
+from grader.sandboxed.evaluator import _evaluate, analyze_module
+from grader.wire import protocol
+
+
+def conv(x, w):
+    """The assignments' convolve: a Python loop over the window positions of one signal."""
+    return jnp.array([jnp.dot(x[i - 1 : i + 2], w) for i in range(1, len(x) - 1)])
+
+
+def symbolic(f, *shapes, vjp_order=0):
+    scope = export.SymbolicScope()
+    specs = [jax.ShapeDtypeStruct(export.symbolic_shape(s, scope=scope), np.float32) for s in shapes]
+    return export.deserialize(export.export(jax.jit(f))(*specs).serialize(vjp_order=vjp_order))
+
+
+def concrete(f, *shapes, vjp_order=0):
+    """Exported the way the kernel does it: under our own jax.jit, from shapes only."""
+    specs = [jax.ShapeDtypeStruct(s, np.float32) for s in shapes]
+    return export.deserialize(export.export(jax.jit(f))(*specs).serialize(vjp_order=vjp_order))
+
+
+def run(op, exp, *args, **fields):
+    """One request to the evaluator's handler, in this process."""
+    values = {
+        "module": np.frombuffer(bytes(exp.serialize(vjp_order=1 if exp.has_vjp() else 0)), dtype=np.uint8),
+        "args": list(args),
+    }
+    frag, payload = protocol.pack_values(values)
+    head, out = _evaluate({"op": op, "id": 1, **fields, **frag}, payload)
+    return head, out.get("result")
+
+
+# --------------------------------------------------------------------------- batch loops
+
+BATCHED = [("B, 8", "3")]  # xs (B, 8) and one window w (3,)
+
+LOOPS = {
+    # name: (function of xs (B, 8) and w (3,), batch loops)
+    "vmap": (lambda xs, w: jax.vmap(conv, (0, None))(xs, w), 0),
+    "slices": (lambda xs, w: sum(xs[:, i : i + 6] * w[i] for i in range(3)), 0),
+    "lax.map over the batch": (lambda xs, w: lax.map(lambda x: conv(x, w), xs), 1),
+    "lax.scan over the batch": (lambda xs, w: lax.scan(lambda c, x: (c, conv(x, w)), 0.0, xs)[1], 1),
+    "fori_loop(0, B)": (
+        lambda xs, w: lax.fori_loop(
+            0, xs.shape[0], lambda i, acc: acc.at[i].set(conv(xs[i], w)), jnp.zeros((xs.shape[0], 6))
+        ),
+        1,
+    ),
+    "while_loop on the data": (
+        lambda xs, w: lax.while_loop(lambda c: c[0] < xs.sum(), lambda c: (c[0] + 1.0, c[1]), (0.0, xs))[0],
+        1,
+    ),
+    "fori_loop(0, 3) over the window": (
+        lambda xs, w: lax.fori_loop(
+            0, 3, lambda i, acc: acc + lax.dynamic_slice_in_dim(xs, i, 6, 1) * w[i], jnp.zeros((xs.shape[0], 6))
+        ),
+        0,
+    ),
+    "fixed-length scan over the window": (
+        lambda xs, w: lax.scan(lambda acc, wi: (acc + wi * xs[:, :6], None), jnp.zeros((xs.shape[0], 6)), w)[0],
+        0,
+    ),
+    "vmap of a fori_loop over the window": (
+        lambda xs, w: jax.vmap(
+            lambda x: lax.fori_loop(
+                0, 6, lambda i, acc: acc.at[i].set(jnp.dot(lax.dynamic_slice(x, (i,), (3,)), w)), jnp.zeros(6)
+            )
+        )(xs),
+        0,
+    ),
+    "lax.map over the batch, fori_loop over the window inside": (
+        lambda xs, w: lax.map(
+            lambda x: lax.fori_loop(0, 3, lambda i, acc: acc + lax.dynamic_slice_in_dim(x, i, 6) * w[i], jnp.zeros(6)),
+            xs,
+        ),
+        1,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(LOOPS))
+def test_batch_loops(name):
+    f, want = LOOPS[name]
+    got = analyze_module(symbolic(f, "B, 8", "3"))
+    assert got["batch_loops"] == want, got
+    assert got["loops"] >= want
+
+
+def test_a_loop_over_a_concrete_batch_is_not_a_batch_loop():
+    """The count is about symbolic dimensions: the check must use the symbolic-batch export."""
+    got = analyze_module(concrete(LOOPS["lax.map over the batch"][0], (5, 8), (3,)))
+    assert got["loops"] == 1 and got["batch_loops"] == 0
+
+
+def _rows(xs, w):
+    return xs[:, :-2] * w[0] + xs[:, 1:-1] * w[1] + xs[:, 2:] * w[2]
+
+
+@pytest.mark.parametrize(
+    ("f", "vmapped"),
+    [
+        (jax.vmap(lambda x, w: jnp.convolve(x, w, mode="valid"), in_axes=(0, None)), True),
+        (lambda xs, w: jax.jit(jax.vmap(lambda x: jnp.dot(x[:3], w)))(xs), True),
+        (_rows, False),
+        (lambda xs, w: jnp.einsum("bnk,k->bn", jnp.stack([xs[:, :-2], xs[:, 1:-1], xs[:, 2:]], -1), w), False),
+    ],
+    ids=["vmap", "vmap-under-a-jit", "slices", "einsum"],
+)
+def test_vmapped_is_read_from_the_name_stack(f, vmapped):
+    """jax.vmap leaves no operation of its own, but JAX's name stack in the module's locations
+    says where it ran: `vmap(...)`."""
+    assert analyze_module(concrete(f, (4, 8), (3,)))["vmapped"] is vmapped
+
+
+# --------------------------------------------------------------------------- whole_call
+
+
+def selu(x, alpha=1.67, lmbda=1.05):
+    return lmbda * jnp.where(x > 0, x, alpha * jnp.exp(x) - alpha)
+
+
+class LooksJitted:
+    """A plain callable dressed up with the attributes a probe would look for."""
+
+    def __call__(self, x):
+        return selu(x)
+
+    def lower(self, *a):
+        raise NotImplementedError
+
+    def trace(self, *a):
+        raise NotImplementedError
+
+
+@jax.jit
+def decorated(x):
+    return selu(x)
+
+
+selu_jit = jax.jit(selu)
+
+
+@functools.wraps(selu)
+def wraps_plain(x):
+    return selu(x)
+
+
+@functools.wraps(selu)
+def wraps_jitted(x):
+    return selu_jit(x)
+
+
+JITTED = {
+    "jax.jit(selu)": (selu_jit, True),
+    "@jax.jit": (decorated, True),
+    "jax.jit(partial(selu, alpha=...))": (jax.jit(functools.partial(selu, alpha=1.67)), True),
+    "partial(jax.jit(selu), alpha=...)": (functools.partial(selu_jit, alpha=1.67), True),
+    "functools.wraps around a jitted function": (wraps_jitted, True),
+    "plain selu (jnp.where makes its own call)": (selu, False),
+    "a class with lower and trace": (LooksJitted(), False),
+    "functools.wraps around a plain function": (wraps_plain, False),
+    "more work after the jitted call": (lambda x: selu_jit(x) + 1, False),
+    "work before the jitted call": (lambda x: selu_jit(2 * x), False),
+}
+
+
+@pytest.mark.parametrize("name", list(JITTED))
+def test_whole_call(name):
+    f, want = JITTED[name]
+    assert analyze_module(concrete(f, (7,)))["whole_call"] is want
+    assert analyze_module(symbolic(f, "B"))["whole_call"] is want
+
+
+# --------------------------------------------------------------------------- devices and collectives
+
+MULTI_DEVICE = textwrap.dedent(
+    """
+    import json, sys
+    import jax, jax.numpy as jnp, numpy as np
+    from jax import export, lax
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    sys.path.insert(0, sys.argv[1])
+    from grader.wire import protocol
+    from grader.sandboxed.evaluator import _evaluate, analyze_module
+    assert jax.device_count() == 4
+
+    def conv(x, w):
+        return jnp.array([jnp.dot(x[i - 1 : i + 2], w) for i in range(1, len(x) - 1)])
+
+    mesh = Mesh(np.array(jax.devices()), ("d",))
+    xs = np.arange(32, dtype=np.float32).reshape(4, 8) / 7
+    ws = np.ones((4, 3), np.float32)
+    cases = {
+        "pmap(convolve)": (jax.pmap(conv), (xs, ws)),
+        "vmap then device_put": (
+            lambda xs, ws: jax.device_put(jax.vmap(conv)(xs, ws), NamedSharding(mesh, P("d"))), (xs, ws)),
+        "python loop": (lambda xs, ws: jnp.stack([conv(xs[i], ws[i]) for i in range(4)]), (xs, ws)),
+        "pmap with psum": (
+            jax.pmap(lambda r: lax.psum(jnp.mean(r), "i") / lax.psum(1, "i"), axis_name="i"), (xs,)),
+        "pmap with pmean": (jax.pmap(lambda r: lax.pmean(jnp.mean(r), "i"), axis_name="i"), (xs,)),
+        "pmap of the closed-over mean": (lambda a: jax.pmap(lambda row: jnp.mean(a))(a), (xs,)),
+    }
+    out = {}
+    for name, (f, args) in cases.items():
+        specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args]
+        exp = export.deserialize(export.export(jax.jit(f))(*specs).serialize())
+        blob = np.frombuffer(bytes(exp.serialize()), dtype=np.uint8)
+        frag, payload = protocol.pack_values({"module": blob, "args": list(args)})
+        head, res = _evaluate({"op": "eval", "id": 1, **frag}, payload)
+        ok = bool(np.allclose(np.asarray(res["result"]), np.asarray(f(*args)), atol=1e-5))
+        out[name] = dict(head.analysis, runs=ok)
+    print(json.dumps(out))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def multi_device():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run(
+        [sys.executable, "-c", MULTI_DEVICE, repo], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    "name, nr_devices, per_device, collectives",
+    [
+        ("pmap(convolve)", 4, True, []),
+        ("vmap then device_put", 4, False, []),
+        ("python loop", 1, False, []),
+        ("pmap with psum", 4, True, ["all_reduce"]),
+        ("pmap with pmean", 4, True, ["all_reduce"]),
+        ("pmap of the closed-over mean", 4, True, []),
+    ],
+)
+def test_devices_and_collectives(multi_device, name, nr_devices, per_device, collectives):
+    got = multi_device[name]
+    assert got["runs"], got  # the evaluator runs multi-device modules, with the right numbers
+    assert (got["nr_devices"], got["per_device"], got["collectives"]) == (nr_devices, per_device, collectives), got
+
+
+# --------------------------------------------------------------------------- ops
+
+
+def td_loss(theta, s_tm1, r_t, s_t):
+    return -0.5 * ((r_t + jnp.dot(theta, s_t) - jnp.dot(theta, s_tm1)) ** 2)
+
+
+def td_loss_sg(theta, s_tm1, r_t, s_t):
+    target = lax.stop_gradient(r_t + jnp.dot(theta, s_t))
+    return -0.5 * ((target - jnp.dot(theta, s_tm1)) ** 2)
+
+
+def test_grad_of_the_module_follows_stop_gradient():
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(4).astype(np.float32) for _ in range(2)]
+    args = [args[0], args[1], np.float32(0.5), rng.standard_normal(4).astype(np.float32)]
+    shapes = [(4,), (4,), (), (4,)]
+    for f in (td_loss, td_loss_sg):
+        head, grad = run("grad", concrete(f, *shapes, vjp_order=1), *args, argnum=0)
+        np.testing.assert_allclose(grad, jax.grad(f)(*args), rtol=1e-5, atol=1e-6)
+        assert head.analysis["whole_call"] is False
+    # the two differ: the semi-gradient holds the target constant
+    assert not np.allclose(jax.grad(td_loss)(*args), jax.grad(td_loss_sg)(*args))
+
+
+def test_grad_needs_a_valid_argnum_and_a_scalar():
+    exp = concrete(td_loss_sg, (4,), (4,), (), (4,), vjp_order=1)
+    args = [np.ones(4, np.float32), np.ones(4, np.float32), np.float32(1), np.ones(4, np.float32)]
+    with pytest.raises(ValueError, match="argnum"):
+        run("grad", exp, *args, argnum=4)
+    with pytest.raises(TypeError):
+        run("grad", concrete(lambda x: 2 * x, (3,), vjp_order=1), np.ones(3, np.float32), argnum=0)
+
+
+def test_every_answer_carries_the_analysis_and_analyze_alone_runs_nothing():
+    exp = symbolic(LOOPS["lax.map over the batch"][0], "B, 8", "3")
+    head, value = run("analyze", exp)
+    assert value is None and head.analysis["batch_loops"] == 1 and head.elapsed is None
+    head, value = run("eval", exp, np.ones((2, 8), np.float32), np.ones(3, np.float32))
+    assert value.shape == (2, 6) and head.analysis["batch_loops"] == 1 and head.elapsed is not None
+
+
+def test_the_trusted_side_type_checks_the_analysis():
+    good = {
+        "nr_devices": 4,
+        "custom_calls": ["x"],
+        "loops": 1,
+        "batch_loops": 0,
+        "whole_call": True,
+        "collectives": ["all_reduce"],
+        "per_device": True,
+        "vmapped": False,
+    }
+    assert _analysis(good) == good
+    forged = dict(good, batch_loops="0", whole_call=1, collectives=[1], extra="x")
+    got = _analysis(forged)
+    assert "batch_loops" not in got and "whole_call" not in got and "collectives" not in got and "extra" not in got
+    assert "batch_loops" in got["analysis_error"]
+    assert _analysis(None) == {"analysis_error": "the evaluator sent no analysis"}
+
+
+# --------------------------------------------------------------------------- through a sandbox
+
+NOTEBOOK = [
+    "import jax, jax.numpy as jnp\nfrom jax import lax",
+    "def td_loss(theta, s_tm1, r_t, s_t):\n"
+    "    return -0.5 * ((r_t + jnp.dot(theta, s_t) - jnp.dot(theta, s_tm1)) ** 2)",
+    "def by_map(xs):\n    return lax.map(lambda x: 2 * x, xs)",
+    "selu_jit = jax.jit(lambda x: jnp.where(x > 0, x, 0.1 * x))",
+]
+
+
+@pytest.fixture(scope="module")
+def session(make_notebook, isolation):
+    from grader.host.sandbox import Limits
+    from grader.host.session import Session
+
+    s = Session(make_notebook(*NOTEBOOK), limits=Limits(cell_timeout=60, call_timeout=60), isolation=isolation)
+    s.start()
+    s.execute()
+    yield s
+    s.close()
+
+
+def test_session_analyze_and_evaluate_grad(session):
+    rng = np.random.default_rng(1)
+    args = (
+        rng.standard_normal(3).astype(np.float32),
+        rng.standard_normal(3).astype(np.float32),
+        np.float32(0.3),
+        rng.standard_normal(3).astype(np.float32),
+    )
+    exp = session.export("td_loss", example=args, vjp_order=1)
+    grad, info = session.evaluate_grad("td_loss", exp.module, 0, *args)
+    np.testing.assert_allclose(grad, jax.grad(td_loss)(*args), rtol=1e-5, atol=1e-6)
+    assert info["analysis"]["whole_call"] is False
+    with pytest.raises(ValueError):
+        session.evaluate_grad("td_loss", exp.module, 7, *args)
+    by_map = session.export("by_map", [("B, 3", "float32")])
+    assert session.analyze("by_map", by_map.module)["batch_loops"] == 1
+    jitted = session.export("selu_jit", example=(np.ones(5, np.float32),))
+    assert session.analyze("selu_jit", jitted.module)["whole_call"] is True
