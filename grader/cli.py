@@ -1,4 +1,5 @@
-"""The ``jaxgrade`` command line: ``check``, ``grade``, ``export``, ``gradescope``, ``validate``, ``list``.
+"""The ``jaxgrade`` command line: ``check``, ``grade``, ``export``, ``post``, ``gradescope``, ``new``,
+``validate``, ``list``.
 
 The library never prints; this module does.  ``main(argv) -> int`` is the testable entry point,
 and :func:`_fail` is the one place that turns an expected error into a message and a TIP.
@@ -22,12 +23,13 @@ from rich.table import Table
 
 from grader import __version__
 from grader.batch.gradebook import Gradebook, GradebookError
-from grader.course.config import Assignment, ConfigError, find_course_root, load_course
+from grader.course import scaffold
+from grader.course.config import Assignment, CanvasConfig, ConfigError, find_course_root, load_course
 from grader.grading.record import Record
 from grader.host.sandbox import SandboxSetupError, choose_isolation, isolation_warning, resource_warning
 from grader.intake.collect import IntakeError, IntakeReport, collect
 from grader.intake.notebook import NotebookError, load_notebook
-from grader.publish import exports
+from grader.publish import canvas, exports
 from grader.publish.output import write_atomic
 
 # Commands that grade import the grading machinery (pytest, the checks) when they run, so that
@@ -324,7 +326,8 @@ def _summary(records: list[Record], elapsed: float, graded_now: int, out_dir: Pa
 EXPORT_FILES = {"canvas": "canvas-{name}.csv", "moodle": "moodle-{name}.csv", "csv": "grades-{name}.csv"}
 
 
-def cmd_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def _graded(args: argparse.Namespace) -> tuple[exports.ExportMeta, list[Record]]:
+    """The assignment (``--assignment``, or the only one) and its current records in ``--from DIR``'s gradebook."""
     src = Path(args.source)
     db = src / "gradebook.db"
     if not db.is_file():
@@ -359,6 +362,13 @@ def cmd_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     meta = exports.ExportMeta(
         name=name, title=title, points_possible=info.points_possible, canvas_id=canvas_id, moodle_id=moodle_id
     )
+    return meta, records
+
+
+def cmd_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    src = Path(args.source)
+    meta, records = _graded(args)
+    name = meta.name
     try:
         if args.format == "gradescope":
             target = Path(args.out) if args.out else src / f"gradescope-{name}"
@@ -384,6 +394,64 @@ def cmd_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
+def _canvas_settings(args: argparse.Namespace) -> CanvasConfig:
+    settings = load_course(_course(args)).canvas
+    if settings is None:
+        raise CliError(
+            "grading.yaml has no canvas: settings, so jaxgrade does not know where to post",
+            'Add to grading.yaml:  canvas: {base_url: "https://canvas.example.edu", course_id: "1234"}  '
+            "(the number in the course's Canvas address).",
+        )
+    return settings
+
+
+def _canvas_token(settings: CanvasConfig, *, required: bool) -> str:
+    token = os.environ.get(settings.token_env, "").strip()
+    if not token and required:
+        raise CliError(
+            f"no Canvas token: the environment variable {settings.token_env} is not set",
+            f"Create a token in Canvas (Account > Settings > New access token) and set it for this shell only: "
+            f"`read -rs {settings.token_env} && export {settings.token_env}`. Never write it into the course.",
+        )
+    return token
+
+
+def cmd_post_canvas(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    settings = _canvas_settings(args)
+    meta, records = _graded(args)
+    if not meta.canvas_id:
+        raise CliError(
+            f"assignment {meta.name!r} has no Canvas id",
+            f'Add canvas_id: "<id>" under assignments.{meta.name} in grading.yaml (the number in the Canvas '
+            "assignment's address, .../assignments/<id>).",
+        )
+    todo = canvas.plan(records, meta, comment=args.comment)
+    token = _canvas_token(settings, required=not args.dry_run)
+    client = canvas.CanvasClient(settings.base_url, token, token_env=settings.token_env) if token else None
+    course_id = settings.course_id or ""
+    where = f"Canvas course {course_id}, assignment {todo.assignment_id} ({meta.name})"
+    try:
+        if client is not None:
+            todo = canvas.with_current(todo, client.current_grades(course_id, todo.assignment_id))
+        print(f"{where}: {len(records)} student(s) in the gradebook", file=out)
+        for line in todo.lines():
+            print(line, file=out)
+        if args.dry_run:
+            known = "" if client else f" (current grades not read: {settings.token_env} is not set)"
+            print(f"dry run: {len(todo.to_post)} grade(s) would be posted{known}; nothing was sent", file=out)
+            return EXIT_OK
+        if not todo.to_post or client is None:
+            print("nothing to post: Canvas already has these grades", file=out)
+            return EXIT_OK
+        job = canvas.post(client, course_id, todo)
+    except canvas.CanvasError as exc:  # Canvas refused or failed: not a usage error
+        print(f"jaxgrade: error: {exc.message}", file=err)
+        print(f"TIP: {exc.tip}", file=err)
+        return EXIT_FAIL
+    print(f"posted {len(todo.to_post)} grade(s) to {where}: Canvas job {job.get('id')} completed", file=out)
+    return EXIT_OK
+
+
 def cmd_gradescope(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from grader.gradescope.bundle import build_bundle
 
@@ -394,7 +462,25 @@ def cmd_gradescope(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
-# --------------------------------------------------------------------------- validate / list
+# --------------------------------------------------------------------------- new / validate / list
+
+
+def cmd_new(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    course = load_course(_course(args))
+    try:
+        functions = scaffold.parse_functions(args.functions, args.name)
+        paths = scaffold.create(course, args.name, functions=functions, title=args.title)
+    except scaffold.ScaffoldError as exc:
+        raise CliError(exc.message, exc.tip) from None
+    print(f"new assignment {args.name} ({', '.join(functions)}):", file=out)
+    for path in paths:
+        print(f"  {path.relative_to(course.root).as_posix():44} {scaffold.describe(path)}", file=out)
+    print(
+        f"next: write what the {scaffold.TODO_MARK} lines ask for, the reference and the mutant, then run "
+        f"`jaxgrade validate {args.name}`: it lists what is left, then grades the reference, the mutant and the starter.",
+        file=out,
+    )
+    return EXIT_OK
 
 
 def cmd_validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -494,10 +580,29 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--out", help="output file ('-' for stdout; a directory for gradescope); default: in DIR")
     e.set_defaults(func=cmd_export)
 
+    po = sub.add_parser("post", help="post grades to an LMS through its API")
+    lms = po.add_subparsers(dest="lms", required=True, metavar="LMS")
+    pc = lms.add_parser("canvas", help="post the gradebook's current scores to Canvas (canvas: in grading.yaml)")
+    pc.add_argument("--from", dest="source", required=True, metavar="DIR", help="the --out directory of `grade`")
+    pc.add_argument("--assignment", help="which assignment, when the gradebook holds several")
+    pc.add_argument(
+        "--comment",
+        action="store_true",
+        help="with each grade posted, a comment: the student's feedback summary (only grades that differ from Canvas's are posted)",
+    )
+    pc.add_argument("--dry-run", action="store_true", help="show what would change in Canvas and send nothing")
+    pc.set_defaults(func=cmd_post_canvas)
+
     gs = sub.add_parser("gradescope", help="build a Gradescope autograder zip for an assignment")
     gs.add_argument("name")
     gs.add_argument("--out", required=True, help="the zip to write, e.g. autograder.zip")
     gs.set_defaults(func=cmd_gradescope)
+
+    n = sub.add_parser("new", help="start a new assignment: starter, tests, reference stub, a mutant (authors)")
+    n.add_argument("name", help="the assignment's name, a Python identifier (names its directories)")
+    n.add_argument("--functions", metavar="F,G", help="the functions students write (default: one named NAME)")
+    n.add_argument("--title", help="the title students see (default: from NAME)")
+    n.set_defaults(func=cmd_new)
 
     v = sub.add_parser("validate", help="check an assignment: reference full marks, mutants caught, starter ~0")
     v.add_argument("name")

@@ -223,8 +223,8 @@ def test_course_test_files_import_the_grader_only_through_grader_testing() -> No
 
 def test_the_old_homes_of_the_course_api_still_work() -> None:
     from grader.checks import CheckFailure, assert_close  # noqa: F401
-    from grader.session import StudentRaised, SubmissionError, error_cause  # noqa: F401
     from grader.protocol import PRNGKeyData  # noqa: F401
+    from grader.session import StudentRaised, SubmissionError, error_cause  # noqa: F401
     from grader.testing import CheckFailure as C
     from grader.testing import StudentRaised as S
 
@@ -236,8 +236,21 @@ def test_the_old_homes_of_the_course_api_still_work() -> None:
 
 # The top of the package: the entry points, what every side shares, and the old import paths that
 # course test files written before grader.testing still use.  Everything else lives in a package.
-TOP_LEVEL = {"__init__.py", "__main__.py", "cli.py", "errors.py", "testing.py", "checks.py", "session.py", "protocol.py"}
-OLD_HOMES = {"checks.py": "grader.grading.checks", "session.py": "grader.host.session", "protocol.py": "grader.wire.protocol"}
+TOP_LEVEL = {
+    "__init__.py",
+    "__main__.py",
+    "cli.py",
+    "errors.py",
+    "testing.py",
+    "checks.py",
+    "session.py",
+    "protocol.py",
+}
+OLD_HOMES = {
+    "checks.py": "grader.grading.checks",
+    "session.py": "grader.host.session",
+    "protocol.py": "grader.wire.protocol",
+}
 
 
 def test_the_top_of_the_package_holds_only_entry_points_and_old_import_paths() -> None:

@@ -11,13 +11,23 @@ import math
 import re
 import types
 import typing
+import urllib.parse
 from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import yaml
-from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from grader.host.sandbox import Limits
@@ -27,6 +37,8 @@ COURSE_FILE = "grading.yaml"
 ASSIGNMENT_FILE = "assignment.yaml"
 M = TypeVar("M", bound=BaseModel)
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]*$")  # an assignment name is also a directory name
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")  # where plain http is allowed (a test server)
 
 
 class ConfigError(Exception):
@@ -52,22 +64,26 @@ class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+_DEFAULT = Limits()
+
+
 class LimitsConfig(_Model):
     """Resource limits of one submission's sandbox; in YAML every field is an optional override."""
 
-    cell_timeout: Seconds = 60.0
-    call_timeout: Seconds = 120.0
-    wall_timeout: Seconds = 900.0
-    memory_bytes: Count = 8 * GiB
-    max_processes: Count = 256
-    max_file_bytes: Annotated[Count, Field(gt=0)] = 64 * 1024**2
-    cpu_seconds: Annotated[Count, Field(gt=0)] = 1200
-    output_cap: Annotated[Count, Field(gt=0)] = 20_000
-    max_restarts: Annotated[Count, Field(ge=0)] = 3
-    memory_total_bytes: Annotated[Count, Field(ge=512 * 1024**2)] = 4 * GiB
-    pids_total: Annotated[Count, Field(ge=64)] = 512
-    cpu_weight: Annotated[Count, Field(ge=1, le=10_000)] = 100
-    scratch_bytes: Annotated[Count, Field(ge=64 * 1024**2)] = 512 * 1024**2
+    # the defaults are the sandbox's own (grader.host.sandbox.Limits), written down once there
+    cell_timeout: Seconds = _DEFAULT.cell_timeout
+    call_timeout: Seconds = _DEFAULT.call_timeout
+    wall_timeout: Seconds = _DEFAULT.wall_timeout
+    memory_bytes: Count = _DEFAULT.memory_bytes
+    max_processes: Count = _DEFAULT.max_processes
+    max_file_bytes: Annotated[Count, Field(gt=0)] = _DEFAULT.max_file_bytes
+    cpu_seconds: Annotated[Count, Field(gt=0)] = _DEFAULT.cpu_seconds
+    output_cap: Annotated[Count, Field(gt=0)] = _DEFAULT.output_cap
+    max_restarts: Annotated[Count, Field(ge=0)] = _DEFAULT.max_restarts
+    memory_total_bytes: Annotated[Count, Field(ge=512 * 1024**2)] = _DEFAULT.memory_total_bytes
+    pids_total: Annotated[Count, Field(ge=64)] = _DEFAULT.pids_total
+    cpu_weight: Annotated[Count, Field(ge=1, le=10_000)] = _DEFAULT.cpu_weight
+    scratch_bytes: Annotated[Count, Field(ge=64 * 1024**2)] = _DEFAULT.scratch_bytes
 
     @field_validator("memory_bytes")
     @classmethod
@@ -152,6 +168,53 @@ class AssignmentEntry(_Model):
     late_policy: LatePolicy | None = None
 
 
+class CanvasConfig(_Model):
+    """``canvas:`` in ``grading.yaml``: where ``jaxgrade post canvas`` posts grades.  The access
+    token is never part of the course: it is read from the environment variable ``token_env``."""
+
+    base_url: str
+    course_id: LmsId
+    token_env: str = "CANVAS_TOKEN"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_token(cls, data: Any) -> Any:
+        if isinstance(data, dict) and any(key in data for key in ("token", "access_token", "api_key")):
+            raise PydanticCustomError(
+                "jaxgrade_token",
+                "a token never goes in grading.yaml (it would be committed with the course); remove it, "
+                "and set the environment variable named by token_env (default CANVAS_TOKEN) instead",
+            )
+        return data
+
+    @field_validator("base_url")
+    @classmethod
+    def _https(cls, value: str) -> str:
+        url = urllib.parse.urlsplit(value.strip())
+        loopback = url.scheme == "http" and url.hostname in LOOPBACK_HOSTS
+        if url.scheme != "https" and not loopback:
+            raise ValueError(f"expected an https:// address (the token must not travel in clear text), got {value!r}")
+        if not url.hostname or url.username or url.password or url.query or url.fragment or url.path not in ("", "/"):
+            raise ValueError(
+                f"expected the address of the Canvas site alone, like https://canvas.example.edu, got {value!r}"
+            )
+        return f"{url.scheme}://{url.netloc}"
+
+    @field_validator("course_id")
+    @classmethod
+    def _digits(cls, value: str | None) -> str | None:
+        if value is None or not value.isdigit():
+            raise ValueError(f"expected the number in the course's Canvas URL (.../courses/<id>), got {value!r}")
+        return value
+
+    @field_validator("token_env")
+    @classmethod
+    def _env_name(cls, value: str) -> str:
+        if not _ENV_NAME.match(value):
+            raise ValueError(f"expected the name of an environment variable, like CANVAS_TOKEN, got {value!r}")
+        return value
+
+
 class Course(_Model):
     """``grading.yaml``; ``root`` is the directory that contains it."""
 
@@ -160,6 +223,7 @@ class Course(_Model):
     seed: Count = 0
     limits: LimitsConfig = LimitsConfig()
     late_policy: LatePolicy = LatePolicy()
+    canvas: CanvasConfig | None = None
     assignments: dict[str, AssignmentEntry]
 
     @field_validator("assignments", mode="before")
@@ -282,13 +346,18 @@ class Assignment:
     def version(self) -> str:
         """``<grader version>+<digest>``: changes when anything that decides a grade changes (the
         tests, the reference, the settings, the grader), so that resumed batches regrade."""
+        cached = self.__dict__.get("_version")  # once per run: a batch keys every row by it
+        if cached is not None:
+            return cached
         parts = self.fingerprint()
         h = hashlib.sha256()
         h.update(json.dumps(parts["settings"], sort_keys=True).encode())
         for rel, digest in parts["files"].items():
             h.update(rel.encode() + b"\0")
             h.update(bytes.fromhex(digest))
-        return f"{parts['jaxgrade']}+{h.hexdigest()[:16]}"
+        version = f"{parts['jaxgrade']}+{h.hexdigest()[:16]}"
+        object.__setattr__(self, "_version", version)  # a frozen dataclass: set once, here
+        return version
 
 
 def combine_seeds(course_seed: int, assignment_seed: int) -> int:
@@ -318,7 +387,11 @@ def find_course_root(start: Path | None = None) -> Path:
 def load_course(root: Path | None = None) -> Course:
     """Read ``root/grading.yaml`` (``root`` defaults to :func:`find_course_root`)."""
     root = find_course_root() if root is None else Path(root).resolve()
-    data = _read_yaml(root / COURSE_FILE, root)
+    return course_from_data(_read_yaml(root / COURSE_FILE, root), root)
+
+
+def course_from_data(data: dict[str, Any], root: Path) -> Course:
+    """The course from ``grading.yaml``'s parsed ``data`` (``jaxgrade new`` checks an edit with it)."""
     if "root" in data:
         raise ConfigError(f"{COURSE_FILE}: root: unknown key (the course root is the directory holding {COURSE_FILE})")
     return _validate(Course, {**data, "root": root}, COURSE_FILE)

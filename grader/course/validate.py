@@ -1,5 +1,8 @@
 """``jaxgrade validate``: the reference earns full marks, every mutant loses points in its
-category, the starter earns (nearly) nothing, and nothing crashes."""
+category, the starter earns (nearly) nothing, and nothing crashes.
+
+An assignment that ``jaxgrade new`` wrote and its author has not finished is not graded: the
+report lists what is left to write instead (:func:`grader.course.scaffold.todos`)."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from pathlib import Path
 import nbformat
 
 from grader.course.config import Assignment, ConfigError
+from grader.course.scaffold import todos
 from grader.grading.grade import grade_many
 from grader.grading.record import CATEGORIES, Record
 from grader.intake.notebook import notebook_from_script
@@ -32,13 +36,21 @@ class Outcome:
 class ValidationReport:
     assignment: str
     outcomes: list[Outcome] = field(default_factory=list)
+    todos: list[str] = field(default_factory=list)  # what is left to write; nothing is graded until it is
 
     @property
     def ok(self) -> bool:
-        return bool(self.outcomes) and all(o.ok for o in self.outcomes)
+        return not self.todos and bool(self.outcomes) and all(o.ok for o in self.outcomes)
 
     def lines(self) -> list[str]:
         out = [f"validate {self.assignment}:"]
+        if self.todos:
+            out += [f"  TODO {line}" for line in self.todos]
+            out.append(
+                f"NOT written yet: {len(self.todos)} thing(s) left (TODO lines above); once they are written, "
+                "validate grades the reference, the mutants and the starter"
+            )
+            return out
         for o in self.outcomes:
             out.append(f"  {'ok  ' if o.ok else 'FAIL'} {o.label:32} {o.expectation:38} {o.detail}")
         out.append("valid" if self.ok else "NOT valid: see FAIL lines above")
@@ -71,7 +83,9 @@ def _crashed(rec: Record) -> str:
 
 
 def validate(assignment: Assignment, *, jobs: int = 2, isolation: str = "auto") -> ValidationReport:
-    report = ValidationReport(assignment.name)
+    report = ValidationReport(assignment.name, todos=todos(assignment))
+    if report.todos:
+        return report  # grading a half-written assignment would only repeat the to-do list as failures
     tmp = Path(tempfile.mkdtemp(prefix="jaxgrade-validate-"))
     try:
         subjects: dict[Path, tuple[str, str | None]] = {}

@@ -63,6 +63,7 @@ include = ["grader", "grader.*"]
 
 [tool.setuptools.package-data]
 "*" = ["templates/*"]
+"grader.course" = ["templates/new/*"]
 """
 
 

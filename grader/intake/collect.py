@@ -1,59 +1,6 @@
-"""Intake: turn notebooks, folders and LMS downloads into submissions with one student id each.
-
-``jaxgrade grade`` accepts, in any mix:
-
-- **notebooks** (``.ipynb``) and **folders** of them (searched recursively; hidden files and
-  folders such as ``.ipynb_checkpoints``, ``__MACOSX`` and symbolic links inside a folder are
-  skipped and reported);
-- a **Canvas** "Download Submissions" zip (or its extracted folder): files named
-  ``name_[LATE_]userid_fileid_original.ipynb`` (``late_`` in lowercase too; with anonymous
-  grading ``[LATE_]anon_<id>_fileid_original.ipynb``). Student = the Canvas user id (or
-  ``anon_<id>``); the LATE mark becomes ``late_flag``; identity keeps the name (Canvas's
-  lowercased "lastfirst") and the original file name;
-- a **Moodle** "Download all submissions" zip (or its extracted folder): folders
-  ``Full Name_participantid_assignsubmission_file_/original.ipynb``, or the flat form
-  ``Full Name_participantid_assignsubmission_file_original.ipynb``. Student = the participant
-  id (Moodle's grading worksheet names rows "Participant <id>"); identity name = Full Name.
-  ``assignsubmission_onlinetext`` entries are skipped;
-- a **Gradescope** "Export Submissions" zip (or its extracted folder): a folder (usually
-  ``assignment_<id>_export/``) holding ``submission_metadata.yml`` and one
-  ``submission_<id>/`` folder per submission. Student = the first submitter's sid, else their
-  email, else the folder name ``submission_<id>``; ``submitted_at`` = ``:created_at:``.
-  ``submission_metadata.yml`` is read only where Gradescope puts it (the export's top level, or
-  the zip's single top-level folder), never from inside a submission folder: one there is a
-  student's file, ignored and reported.
-- anything else: student = the notebook's file stem.
-
-The kind is decided per notebook, so a folder that is an extracted Moodle or Gradescope
-download is handled as such, and a folder holding a Canvas download is recognised by the
-file names.
-
-**Group submissions (Gradescope)** are graded once per submission. The student key is the
-first submitter's key (as listed in the metadata); identity ``name`` and ``email`` list all
-submitters joined with ", ", and ``members`` lists every submitter's key joined with ", ",
-so that exports can copy the grade to each member.
-
-**Several notebooks for one student** (several attachments or resubmissions on Canvas, a
-Moodle folder with several ``.ipynb``, two inputs that give the same student id): the latest
-one is graded. "Latest" compares, in order: the submission time when the LMS gives one
-(Gradescope ``:created_at:``); else the file's timestamp (a zip entry's date, a file's
-modification time on disk), except for Canvas files, whose zip dates are when Canvas built the
-zip and say nothing about the upload; else the Canvas file id (Canvas numbers files in upload
-order); else the name, where a resubmission suffix ``-1``, ``-2`` counts up and digits compare
-as numbers. Something with a time beats something without, so a loose notebook named after a
-Canvas user id (``123.ipynb``, say one that came by email) replaces that student's Canvas file. The others are listed in the submission's ``ignored`` and in ``skipped`` with the
-reason "older notebook of the same student". If the latest cannot be extracted (corrupt entry,
-over a limit), it is reported and the next one is graded.
-
-**Archives** are read with :mod:`zipfile` and never extracted as they are: each graded
-notebook is streamed (with its real size checked against the limits, whatever the header says)
-to ``STAGING/<archive stem>/<safe student id>.ipynb``, a path built from the student id, never
-from the archive, written atomically (temp file + rename) and left untouched when its content
-is already there, so that re-running on the same zip gives the same paths and bytes. Entries
-with absolute paths, ``..`` components, symbolic links, encryption or nested archives are
-refused and reported; so are notebooks over the size or compression-ratio limits. An archive
-with too many entries, too much uncompressed notebook data, or that is not a readable zip
-raises :class:`IntakeError`.
+"""Intake: turn notebooks, folders and LMS downloads (Canvas, Moodle, Gradescope) into
+submissions with one student id each.  The rules (ids, groups, several notebooks of one student,
+archives) are :func:`collect`'s contract; README's "For TAs" section summarizes them.
 """
 
 from __future__ import annotations
@@ -211,7 +158,63 @@ class _Budget:
 
 
 def collect(inputs: list[Path], staging: Path, *, limits: ArchiveLimits = ArchiveLimits()) -> IntakeReport:
-    """The submissions in ``inputs`` (notebooks, folders, zips), archive entries extracted under ``staging``."""
+    """The submissions in ``inputs`` (notebooks, folders, zips), archive entries extracted under ``staging``.
+
+    ``jaxgrade grade`` accepts, in any mix:
+
+    - **notebooks** (``.ipynb``) and **folders** of them (searched recursively; hidden files and
+      folders such as ``.ipynb_checkpoints``, ``__MACOSX`` and symbolic links inside a folder are
+      skipped and reported);
+    - a **Canvas** "Download Submissions" zip (or its extracted folder): files named
+      ``name_[LATE_]userid_fileid_original.ipynb`` (``late_`` in lowercase too; with anonymous
+      grading ``[LATE_]anon_<id>_fileid_original.ipynb``). Student = the Canvas user id (or
+      ``anon_<id>``); the LATE mark becomes ``late_flag``; identity keeps the name (Canvas's
+      lowercased "lastfirst") and the original file name;
+    - a **Moodle** "Download all submissions" zip (or its extracted folder): folders
+      ``Full Name_participantid_assignsubmission_file_/original.ipynb``, or the flat form
+      ``Full Name_participantid_assignsubmission_file_original.ipynb``. Student = the participant
+      id (Moodle's grading worksheet names rows "Participant <id>"); identity name = Full Name.
+      ``assignsubmission_onlinetext`` entries are skipped;
+    - a **Gradescope** "Export Submissions" zip (or its extracted folder): a folder (usually
+      ``assignment_<id>_export/``) holding ``submission_metadata.yml`` and one
+      ``submission_<id>/`` folder per submission. Student = the first submitter's sid, else their
+      email, else the folder name ``submission_<id>``; ``submitted_at`` = ``:created_at:``.
+      ``submission_metadata.yml`` is read only where Gradescope puts it (the export's top level, or
+      the zip's single top-level folder), never from inside a submission folder: one there is a
+      student's file, ignored and reported.
+    - anything else: student = the notebook's file stem.
+
+    The kind is decided per notebook, so a folder that is an extracted Moodle or Gradescope
+    download is handled as such, and a folder holding a Canvas download is recognised by the
+    file names.
+
+    **Group submissions (Gradescope)** are graded once per submission. The student key is the
+    first submitter's key (as listed in the metadata); identity ``name`` and ``email`` list all
+    submitters joined with ", ", and ``members`` lists every submitter's key joined with ", ",
+    so that exports can copy the grade to each member.
+
+    **Several notebooks for one student** (several attachments or resubmissions on Canvas, a
+    Moodle folder with several ``.ipynb``, two inputs that give the same student id): the latest
+    one is graded. "Latest" compares, in order: the submission time when the LMS gives one
+    (Gradescope ``:created_at:``); else the file's timestamp (a zip entry's date, a file's
+    modification time on disk), except for Canvas files, whose zip dates are when Canvas built the
+    zip and say nothing about the upload; else the Canvas file id (Canvas numbers files in upload
+    order); else the name, where a resubmission suffix ``-1``, ``-2`` counts up and digits compare
+    as numbers. Something with a time beats something without, so a loose notebook named after a
+    Canvas user id (``123.ipynb``, say one that came by email) replaces that student's Canvas file. The others are listed in the submission's ``ignored`` and in ``skipped`` with the
+    reason "older notebook of the same student". If the latest cannot be extracted (corrupt entry,
+    over a limit), it is reported and the next one is graded.
+
+    **Archives** are read with :mod:`zipfile` and never extracted as they are: each graded
+    notebook is streamed (with its real size checked against the limits, whatever the header says)
+    to ``STAGING/<archive stem>/<safe student id>.ipynb``, a path built from the student id, never
+    from the archive, written atomically (temp file + rename) and left untouched when its content
+    is already there, so that re-running on the same zip gives the same paths and bytes. Entries
+    with absolute paths, ``..`` components, symbolic links, encryption or nested archives are
+    refused and reported; so are notebooks over the size or compression-ratio limits. An archive
+    with too many entries, too much uncompressed notebook data, or that is not a readable zip
+    raises :class:`IntakeError`.
+    """
     staging = Path(staging)
     skipped: list[tuple[str, str]] = []
     cands: list[_Cand] = []

@@ -1,80 +1,9 @@
 """Grade exports for the LMS, derived from stored result records only (nothing is regraded).
 
-Every export takes the records of one assignment and an :class:`ExportMeta` (title, points
-possible, LMS ids) and keeps one row per student: when several records share a student key, the
-most recently graded one (``graded_at``, then the later in the list) is used.  Every text cell
-goes through :func:`grader.publish.output.spreadsheet_safe`, so a cell that begins with ``=``, ``+``,
-``-`` or ``@`` (a student named ``=HYPERLINK(...)``) is quoted with ``'`` and never runs as a
-formula.  Scores are written as plain decimals without trailing zeros (``40``, ``33.5``).
-
-Canvas: the gradebook import CSV (Grades > Import)
-    ``Student,ID,SIS User ID,SIS Login ID,Section,<title> (<canvas_id>)``, then a
-    ``Points Possible`` row (``Points Possible,,,,,<points>``), then one row per student:
-
-    ==================  ==========================================================
-    Canvas column       from the record
-    ==================  ==========================================================
-    Student             ``identity.name``, else the student key
-    ID                  ``identity.id`` when ``identity.lms`` is ``canvas`` (the
-                        Canvas user id), else empty: an id from another system
-                        could match the wrong Canvas user, and Canvas's import
-                        preview matches a row without an id by name instead
-    SIS User ID         ``identity.sis_id``
-    SIS Login ID        ``identity.sis_login_id``
-    Section             ``identity.section``
-    <title> (<id>)      ``record.score`` (after any late deduction); Canvas finds
-                        the assignment by the id in parentheses
-    ==================  ==========================================================
-
-    Needs ``canvas_id`` in the assignment's entry in ``grading.yaml``
-    (:class:`ExportError` otherwise).
-
-Moodle: the assignment's offline grading worksheet (Assignment > View all submissions >
-Grading action: Upload grading worksheet; the assignment's "Offline grading worksheet"
-feedback type must be enabled)
-    ``Identifier,Full name,Email address,Grade,Maximum Grade,Last modified (grade),Feedback comments``.
-    Moodle reads its columns by their (English) names: ``Identifier`` (required),
-    ``Grade`` (required), ``Last modified (grade)`` (required: Moodle refuses a worksheet
-    without it, and skips a row whose grade was changed in Moodle more than a minute after
-    this time unless "Allow updating records that have been modified more recently in Moodle
-    than in the spreadsheet" is ticked), and ``Feedback comments`` (read when the "Feedback
-    comments" feedback type is enabled); the other columns are for people.
-
-    =======================  =====================================================
-    Moodle column            from the record
-    =======================  =====================================================
-    Identifier               ``Participant <identity.id>`` (Moodle's participant
-                             number, from the ``..._<id>_assignsubmission_file_``
-                             folder of Moodle's download; only when
-                             ``identity.lms`` is ``moodle``); a record without one
-                             is an :class:`ExportError`, because Moodle would
-                             silently skip its row
-    Full name                ``identity.name``, else the student key
-    Email address            ``identity.email``
-    Grade                    ``record.score`` (after any late deduction)
-    Maximum Grade            ``meta.points_possible`` (Moodle skips a grade above
-                             the assignment's own maximum grade)
-    Last modified (grade)    ``record.graded_at`` (ISO 8601, UTC)
-    Feedback comments        plain text: score, status, late deduction, failed
-                             tests by name (HTML special characters escaped,
-                             since Moodle shows comments as HTML)
-    =======================  =====================================================
-
-    ``moodle_id`` is not part of the worksheet (it is uploaded into the assignment it came from).
-
-Gradescope: one ``results.json`` per submission (the autograder specification)
-    ``score`` (``record.score``, after any late deduction; Gradescope takes it over the sum
-    of the tests), ``execution_time`` (seconds), ``output`` (status, late deduction, missing
-    functions, cells that failed; while hidden tests wait for publication it states only the
-    public tests' points, never the total), ``output_format``/``test_output_format``/``test_name_format``
-    ``text`` (nothing a student wrote is rendered as HTML), ``visibility`` ``visible``,
-    ``stdout_visibility`` ``hidden``, ``extra_data`` (record keys), and ``tests[]``: ``name``,
-    ``number``, ``score``, ``max_score``, ``status`` (``passed``, else ``failed``), ``output``
-    (title, message, hint), ``tags`` (the category) and ``visibility`` (public tests
-    ``visible``, hidden tests ``after_published``).  Non-finite numbers are written as 0.
-
-CSV (``plain_csv``, also ``DIR/grades.csv``): one row per student: score, status, points per
-category, name, email, the late deduction, times, the submission's sha256 and the message.
+Every export keeps one row per student (the most recently graded record, :func:`one_per_student`),
+passes every text cell through :func:`grader.publish.output.spreadsheet_safe` (a cell that
+begins with ``=``, ``+``, ``-`` or ``@`` is quoted and never runs as a formula), and writes
+scores as plain decimals (``40``, ``33.5``).  Each format's columns are in its function's docstring.
 """
 
 from __future__ import annotations
@@ -199,8 +128,38 @@ def summary(record: Record) -> str:
 # --------------------------------------------------------------------------- Canvas
 
 
+def canvas_user_id(record: Record) -> str:
+    """The Canvas user id of ``record``'s student, "" when its identity is not from Canvas (an id
+    from another system could be another Canvas user's)."""
+    ident = record.identity
+    return ident.get("id", "") if ident.get("lms") == "canvas" else ""
+
+
 def canvas_csv(records: list[Record], meta: ExportMeta) -> str:
-    """Canvas's gradebook import CSV for one assignment (see the module docstring)."""
+    """Canvas's gradebook import CSV for one assignment.
+
+    Canvas: the gradebook import CSV (Grades > Import)
+        ``Student,ID,SIS User ID,SIS Login ID,Section,<title> (<canvas_id>)``, then a
+        ``Points Possible`` row (``Points Possible,,,,,<points>``), then one row per student:
+
+        ==================  ==========================================================
+        Canvas column       from the record
+        ==================  ==========================================================
+        Student             ``identity.name``, else the student key
+        ID                  ``identity.id`` when ``identity.lms`` is ``canvas`` (the
+                            Canvas user id), else empty: an id from another system
+                            could match the wrong Canvas user, and Canvas's import
+                            preview matches a row without an id by name instead
+        SIS User ID         ``identity.sis_id``
+        SIS Login ID        ``identity.sis_login_id``
+        Section             ``identity.section``
+        <title> (<id>)      ``record.score`` (after any late deduction); Canvas finds
+                            the assignment by the id in parentheses
+        ==================  ==========================================================
+
+        Needs ``canvas_id`` in the assignment's entry in ``grading.yaml``
+        (:class:`ExportError` otherwise).
+    """
     if not meta.canvas_id:
         raise ExportError(
             f'assignment {meta.name!r} has no Canvas id: add `canvas_id: "<id>"` under '
@@ -214,11 +173,10 @@ def canvas_csv(records: list[Record], meta: ExportMeta) -> str:
     ]
     for r in one_per_student(records):
         ident = r.identity
-        canvas_id = ident.get("id", "") if ident.get("lms") == "canvas" else ""
         rows.append(
             [
                 _cell(_name(r)),
-                _cell(canvas_id),
+                _cell(canvas_user_id(r)),
                 _cell(ident.get("sis_id", "")),
                 _cell(ident.get("sis_login_id", "")),
                 _cell(ident.get("section", "")),
@@ -244,7 +202,41 @@ def moodle_participant(record: Record) -> str | None:
 
 
 def moodle_csv(records: list[Record], meta: ExportMeta) -> str:
-    """Moodle's offline grading worksheet for one assignment (see the module docstring)."""
+    """Moodle's offline grading worksheet for one assignment.
+
+    Moodle: the assignment's offline grading worksheet (Assignment > View all submissions >
+    Grading action: Upload grading worksheet; the assignment's "Offline grading worksheet"
+    feedback type must be enabled)
+        ``Identifier,Full name,Email address,Grade,Maximum Grade,Last modified (grade),Feedback comments``.
+        Moodle reads its columns by their (English) names: ``Identifier`` (required),
+        ``Grade`` (required), ``Last modified (grade)`` (required: Moodle refuses a worksheet
+        without it, and skips a row whose grade was changed in Moodle more than a minute after
+        this time unless "Allow updating records that have been modified more recently in Moodle
+        than in the spreadsheet" is ticked), and ``Feedback comments`` (read when the "Feedback
+        comments" feedback type is enabled); the other columns are for people.
+
+        =======================  =====================================================
+        Moodle column            from the record
+        =======================  =====================================================
+        Identifier               ``Participant <identity.id>`` (Moodle's participant
+                                 number, from the ``..._<id>_assignsubmission_file_``
+                                 folder of Moodle's download; only when
+                                 ``identity.lms`` is ``moodle``); a record without one
+                                 is an :class:`ExportError`, because Moodle would
+                                 silently skip its row
+        Full name                ``identity.name``, else the student key
+        Email address            ``identity.email``
+        Grade                    ``record.score`` (after any late deduction)
+        Maximum Grade            ``meta.points_possible`` (Moodle skips a grade above
+                                 the assignment's own maximum grade)
+        Last modified (grade)    ``record.graded_at`` (ISO 8601, UTC)
+        Feedback comments        plain text: score, status, late deduction, failed
+                                 tests by name (HTML special characters escaped,
+                                 since Moodle shows comments as HTML)
+        =======================  =====================================================
+
+        ``moodle_id`` is not part of the worksheet (it is uploaded into the assignment it came from).
+    """
     chosen = one_per_student(records)
     ids = {r.student: moodle_participant(r) for r in chosen}
     lacking = [s for s, pid in ids.items() if pid is None]
@@ -393,7 +385,19 @@ def _test_output(t: Any) -> str:
 
 
 def gradescope_results(record: Record) -> dict[str, Any]:
-    """One submission's Gradescope ``results.json`` (a JSON-ready dict; never NaN)."""
+    """One submission's Gradescope ``results.json`` (a JSON-ready dict; never NaN).
+
+    Gradescope: one ``results.json`` per submission (the autograder specification)
+        ``score`` (``record.score``, after any late deduction; Gradescope takes it over the sum
+        of the tests), ``execution_time`` (seconds), ``output`` (status, late deduction, missing
+        functions, cells that failed; while hidden tests wait for publication it states only the
+        public tests' points, never the total), ``output_format``/``test_output_format``/``test_name_format``
+        ``text`` (nothing a student wrote is rendered as HTML), ``visibility`` ``visible``,
+        ``stdout_visibility`` ``hidden``, ``extra_data`` (record keys), and ``tests[]``: ``name``,
+        ``number``, ``score``, ``max_score``, ``status`` (``passed``, else ``failed``), ``output``
+        (title, message, hint), ``tags`` (the category) and ``visibility`` (public tests
+        ``visible``, hidden tests ``after_published``).  Non-finite numbers are written as 0.
+    """
     tests = [
         {
             "name": t.name,
@@ -460,6 +464,7 @@ __all__ = [
     "ExportError",
     "ExportMeta",
     "canvas_csv",
+    "canvas_user_id",
     "format_score",
     "gradescope_json",
     "gradescope_results",

@@ -95,7 +95,7 @@ def test_rerun_regrades_nothing_and_regrade_forces_it(course: Path, tmp_path: Pa
 def check_pages_in_browser(out: Path) -> None:
     """The report and feedback pages, rendered by Chromium, show the gradebook's numbers."""
     from tests.browser import chromium_required, dump_dom, find_chromium
-    from test_feedback import parse
+    from tests.publish.test_feedback import parse
 
     if find_chromium() is None and not chromium_required():
         return

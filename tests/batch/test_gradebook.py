@@ -88,7 +88,7 @@ def test_a_commit_survives_sigkill(tmp_path):
         f"""
         import os, sys
         sys.path.insert(0, {str(os.getcwd())!r})
-        from tests.test_gradebook import rec
+        from tests.batch.test_gradebook import rec
         from grader.batch.gradebook import Gradebook
         gb = Gradebook({str(tmp_path / "g.db")!r})
         for i in range(50):

@@ -362,3 +362,26 @@ def test_limits_config_matches_sandbox_limits() -> None:
 def test_repository_grading_yaml_is_valid() -> None:
     course = load_course(Path(__file__).resolve().parents[2])
     assert course.assignments["vmap_convolve"].canvas_id == "101"
+
+
+def test_the_course_file_shows_every_limit_with_its_real_default() -> None:
+    """grading.yaml's commented ``limits:`` block is the documentation TAs read: one line per
+    setting, with the value the sandbox really uses when it is left out."""
+    import re
+
+    from grader.course.config import LimitsConfig
+    from grader.host.sandbox import Limits
+
+    text = (Path(__file__).resolve().parents[2] / "grading.yaml").read_text(encoding="utf-8")
+    shown = {k: float(v) for k, v in re.findall(r"^#   (\w+): ([0-9.]+)", text, re.MULTILINE)}
+    defaults = LimitsConfig().model_dump()
+    assert shown == {k: float(v) for k, v in defaults.items()}
+    assert all(getattr(Limits(), k) == v for k, v in defaults.items())
+
+
+def test_the_tolerance_a_course_leaves_out_is_the_checks_own() -> None:
+    """grading.yaml's tolerance is validated here and used by the checks; the defaults agree."""
+    from grader.course.config import Tolerance as Configured
+    from grader.grading.checks import Tolerance
+
+    assert Configured().model_dump() == vars(Tolerance())

@@ -142,6 +142,7 @@ def test_bundled_package_builds(bundle, tmp_path):
         members = {m.split("/", 1)[1] for m in tf.getnames() if "/" in m}
     assert {"grader/gradescope/bundle.py", "grader/publish/exports.py", "pyproject.toml"} <= members
     assert {"grader/publish/templates/feedback.html", "grader/gradescope/templates/gradescope_setup.sh"} <= members
+    assert "grader/course/templates/new/solution.py.j2" in members  # jaxgrade new's scaffold
 
 
 # --------------------------------------------------------------------------- choosing the notebook, metadata

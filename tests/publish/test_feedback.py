@@ -9,7 +9,6 @@ import struct
 from html.parser import HTMLParser
 
 import pytest
-from tests.browser import dump_dom, probe_images, requires_chromium
 
 from grader.grading.record import RECORD_MAX_BYTES, Record, TestResult, cap_record
 from grader.publish.feedback import (
@@ -24,6 +23,7 @@ from grader.publish.feedback import (
     write_report,
 )
 from grader.publish.output import safe_name
+from tests.browser import dump_dom, probe_images, requires_chromium
 
 XSS = '<script>alert("x")</script>'
 IMG_XSS = "<img src=x onerror=\"document.title='pwned'\">"
