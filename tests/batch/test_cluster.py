@@ -8,6 +8,7 @@ tiny ``double`` course of ``tests/minicourse.py`` through the real command line 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 import os
 import signal
@@ -16,15 +17,25 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import distributed
 import pytest
 
 import grader
-from grader.batch.cluster import CourseBundle, CourseMismatch, _unpack, differences, fingerprint
+from grader.batch.cluster import (
+    ClusterError,
+    CourseBundle,
+    CourseMismatch,
+    _received,
+    _unpack,
+    differences,
+    fingerprint,
+)
 from grader.batch.gradebook import Gradebook
 from grader.cli import main
 from grader.course.config import load_course
+from grader.grading.record import Record
 from tests.conftest import build_notebook
 from tests.minicourse import EXPECTED, make_minicourse, notebook
 
@@ -215,3 +226,34 @@ def test_a_worker_without_bubblewrap_refuses(cluster: distributed.LocalCluster, 
     assert code == 1, err
     assert "cannot sandbox with bubblewrap: --isolation bwrap was requested but bwrap is not installed" in err, err
     assert "TIP: Install bubblewrap on the workers" in err and "or pass --isolation process" in err, err
+
+
+class _Answered:
+    """What a finished future gives back (a value, or the exception Dask raises)."""
+
+    def __init__(self, value: object = None, exc: Exception | None = None) -> None:
+        self.value, self.exc = value, exc
+
+    def result(self) -> object:
+        if self.exc is not None:
+            raise self.exc
+        return self.value
+
+
+def test_a_result_is_checked_and_a_killed_worker_gives_a_lost_record(tmp_path: Path) -> None:
+    assignment = load_course(make_minicourse(tmp_path / "c")).assignment("double")
+    path = tmp_path / "s0.ipynb"
+    path.write_text(notebook("full"))
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    killed = distributed.KilledWorker("jaxgrade-double-s0", SimpleNamespace(address="tcp://10.0.0.9:4000"), 3)
+    rec = _received(assignment, path, "s0", sha, _Answered(exc=killed))
+    assert (rec.status, rec.student, rec.submission_sha256) == ("lost", "s0", sha)
+    assert "every Dask worker that graded this notebook died" in rec.message and "tcp://10.0.0.9:4000" in rec.message
+
+    other = Record(assignment="double", student="s1", submission_sha256=sha, status="graded", score=4.0).to_dict()
+    with pytest.raises(ClusterError, match=r"sent back s1's result for double \(sha256 \w+\) when asked for s0's"):
+        _received(assignment, path, "s0", sha, _Answered({"record": other, "worker": "tcp://10.0.0.9:4000"}))
+    with pytest.raises(ClusterError, match="something that is not a result record"):
+        _received(assignment, path, "s0", sha, _Answered({"record": {"assignment": "double"}}))
+    mine = dict(other, student="s0", source="/tmp/jaxgrade-nb-x/submission.ipynb")
+    assert _received(assignment, path, "s0", sha, _Answered({"record": mine})).source == str(path)
