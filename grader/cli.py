@@ -1,5 +1,5 @@
-"""The ``jaxgrade`` command line: ``check``, ``grade``, ``export``, ``post``, ``gradescope``, ``new``,
-``validate``, ``list``.
+"""The ``jaxgrade`` command line: ``check``, ``grade``, ``export``, ``post``, ``gradescope``, ``release``,
+``new``, ``validate``, ``list``.
 
 The library never prints; this module does.  ``main(argv) -> int`` is the testable entry point,
 and :func:`_fail` is the one place that turns an expected error into a message and a TIP.
@@ -24,7 +24,14 @@ from rich.table import Table
 from grader import __version__
 from grader.batch.gradebook import Gradebook, GradebookError
 from grader.course import scaffold
-from grader.course.config import Assignment, CanvasConfig, ConfigError, find_course_root, load_course
+from grader.course.config import (
+    Assignment,
+    CanvasConfig,
+    ConfigError,
+    NoCourseError,
+    find_course_root,
+    load_course,
+)
 from grader.grading.record import Record
 from grader.host.sandbox import SandboxSetupError, choose_isolation, isolation_warning, resource_warning
 from grader.intake.collect import IntakeError, IntakeReport, collect
@@ -57,18 +64,32 @@ def _fail(exc: CliError | ConfigError, err: TextIO) -> int:
     return EXIT_USAGE
 
 
-def _course(args: argparse.Namespace) -> Path:
-    return Path(args.course).resolve() if args.course else find_course_root()
+NO_COURSE_TIP = (
+    "Run it inside the folder your course gave you for this assignment (made by `jaxgrade release`: it holds "
+    "grading.yaml, assignment.yaml and tests/), or pass --course DIR, or check inside the notebook: run its "
+    "first cell, then `jc.check()` in a cell."
+)
 
 
-def _assignment(args: argparse.Namespace, name: str, *, staff: bool = True) -> Assignment:
-    return load_course(_course(args)).assignment(name, staff=staff)
+def _course(args: argparse.Namespace, start: Path | None = None) -> Path:
+    """The course directory: --course, else found from ``start`` (default: the working directory)."""
+    if args.course:
+        return Path(args.course).resolve()
+    try:
+        return find_course_root(start)
+    except NoCourseError as exc:
+        raise CliError(str(exc), NO_COURSE_TIP) from None
+
+
+def _assignment(args: argparse.Namespace, name: str, *, staff: bool = True, start: Path | None = None) -> Assignment:
+    return load_course(_course(args, start)).assignment(name, staff=staff)
 
 
 # --------------------------------------------------------------------------- check
 
 
-def _render_check(rec: Record, out: TextIO) -> None:
+def render_check(rec: Record, out: TextIO) -> None:
+    """The text `jaxgrade check` prints (the in-notebook self-check shows the same)."""
     print(f"jaxgrade check: {rec.source} — assignment {rec.assignment} (public tests)", file=out)
     if rec.message:
         print(f"  note: {rec.message}", file=out)
@@ -99,8 +120,13 @@ def _render_check(rec: Record, out: TextIO) -> None:
     passed = sum(t.status == "passed" for t in rec.tests)
     print(file=out)
     print(f"{passed}/{len(rec.tests)} public tests passed ({rec.score:g}/{rec.max_score:g} points).", file=out)
-    if passed == len(rec.tests) and rec.tests:
-        print("Hidden tests check more, on other inputs, when your work is graded.", file=out)
+    print(HIDDEN_TESTS_NOTE, file=out)  # always: passing the public tests is not the grade
+
+
+#: What every check says, however the public tests went.
+HIDDEN_TESTS_NOTE = (
+    "These are the public tests only: hidden tests check more, on other inputs, when your work is graded."
+)
 
 
 def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -122,13 +148,14 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 f"{path}: the notebook does not say which assignment it is (no 'jaxgrade' metadata)",
                 "Pass it explicitly: `jaxgrade check NOTEBOOK --assignment NAME` (see `jaxgrade list`).",
             )
-    assignment = _assignment(args, name, staff=False)
+    # the notebook's own folder first: a student bundle, wherever the command runs from
+    assignment = _assignment(args, name, staff=False, start=path.resolve().parent)
     _warn_isolation(args.isolation, err)
     rec = grade_many(assignment, [path], jobs=1, public_only=True, isolation=args.isolation)[path]
     if args.json:
         print(rec.to_json(), file=out)
     else:
-        _render_check(rec, out)
+        render_check(rec, out)
     ok = rec.status == "graded" and bool(rec.tests) and all(t.status == "passed" for t in rec.tests)
     return EXIT_OK if ok else EXIT_FAIL
 
@@ -462,6 +489,23 @@ def cmd_gradescope(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
+def cmd_release(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from grader.course.release import ReleaseError, build_release
+
+    course = load_course(_course(args))
+    try:
+        folder = build_release(course, args.name, Path(args.out), make_zip=args.zip)
+    except ReleaseError as exc:
+        raise CliError(exc.message, exc.tip) from None
+    print(f"wrote the student bundle of {args.name} to {folder} (public tests only)", file=err)
+    if args.zip:
+        print(f"wrote {folder.parent / (args.name + '.zip')}: upload it to your LMS for students", file=err)
+    print(f"its first cell installs the checker with `%pip install -q {course.release.install}`", file=err)
+    if "release" not in course.model_fields_set:
+        print("  (the default: set release.install in grading.yaml to a git URL or a wheel's URL)", file=err)
+    return EXIT_OK
+
+
 # --------------------------------------------------------------------------- new / validate / list
 
 
@@ -597,6 +641,12 @@ def build_parser() -> argparse.ArgumentParser:
     gs.add_argument("name")
     gs.add_argument("--out", required=True, help="the zip to write, e.g. autograder.zip")
     gs.set_defaults(func=cmd_gradescope)
+
+    r = sub.add_parser("release", help="build the student bundle of an assignment (public tests only)")
+    r.add_argument("name")
+    r.add_argument("--out", required=True, help="the folder to write NAME/ into")
+    r.add_argument("--zip", action="store_true", help="also write NAME.zip, ready to upload to the LMS")
+    r.set_defaults(func=cmd_release)
 
     n = sub.add_parser("new", help="start a new assignment: starter, tests, reference stub, a mutant (authors)")
     n.add_argument("name", help="the assignment's name, a Python identifier (names its directories)")

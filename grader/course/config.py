@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import yaml
+from packaging.requirements import InvalidRequirement, Requirement
 from pydantic import (
     AwareDatetime,
     BaseModel,
@@ -30,6 +31,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from grader import __version__
 from grader.host.sandbox import Limits
 
 GiB = 1024**3
@@ -43,6 +45,10 @@ LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")  # where plain http is allowe
 
 class ConfigError(Exception):
     """A configuration file is missing or invalid; the message names the file, the key and what was expected."""
+
+
+class NoCourseError(ConfigError):
+    """No ``grading.yaml`` where jaxgrade looked (a student outside their assignment folder)."""
 
 
 def _not_bool(value: Any) -> Any:
@@ -168,6 +174,33 @@ class AssignmentEntry(_Model):
     late_policy: LatePolicy | None = None
 
 
+#: ``release.install`` forms: a git URL, or an http(s) URL of a wheel or source archive.
+_GIT_URL = re.compile(r"^git\+(https|ssh|http|file)://[^\s'\"`$;&|<>]+$")
+_ARCHIVE_URL = re.compile(r"^https?://[^\s'\"`$;&|<>]+\.(whl|tar\.gz|zip)$")
+
+
+class ReleaseConfig(_Model):
+    """``release:`` in ``grading.yaml``: what `jaxgrade release` puts in the student bundle."""
+
+    install: str = f"jaxgrade=={__version__}"  # what the notebook's first cell installs (`%pip install -q ...`)
+
+    @field_validator("install")
+    @classmethod
+    def _install_source(cls, value: str) -> str:
+        if _GIT_URL.match(value) or _ARCHIVE_URL.match(value):
+            return value
+        try:
+            req = Requirement(value)
+        except InvalidRequirement:
+            req = None
+        if req is None or req.url or req.marker or any(c in value for c in "'\"`$;&|<> "):
+            raise ValueError(
+                "expected a package index name (e.g. 'jaxgrade==0.1.0'), a git URL ('git+https://host/repo.git@tag') "
+                f"or the https URL of a wheel ('https://host/jaxgrade-0.1.0-py3-none-any.whl'), got {value!r}"
+            )
+        return value
+
+
 class CanvasConfig(_Model):
     """``canvas:`` in ``grading.yaml``: where ``jaxgrade post canvas`` posts grades.  The access
     token is never part of the course: it is read from the environment variable ``token_env``."""
@@ -224,6 +257,7 @@ class Course(_Model):
     limits: LimitsConfig = LimitsConfig()
     late_policy: LatePolicy = LatePolicy()
     canvas: CanvasConfig | None = None
+    release: ReleaseConfig = ReleaseConfig()
     assignments: dict[str, AssignmentEntry]
 
     @field_validator("assignments", mode="before")
@@ -236,8 +270,9 @@ class Course(_Model):
                 raise ValueError(f"expected assignment names of letters, digits, '_' or '-', got {name!r}")
         return {name: {} if entry is None else entry for name, entry in value.items()}  # `name:` alone is fine
 
-    def assignment(self, name: str, *, staff: bool = True) -> Assignment:
-        """The resolved assignment ``name``; with ``staff``, the reference solution and hidden tests must exist too."""
+    def assignment(self, name: str, *, staff: bool = True, starter: bool = True) -> Assignment:
+        """The resolved assignment ``name``; with ``staff``, the reference solution and hidden tests must exist
+        too; without ``starter``, the starter notebook need not (the self-check's copy of the public tests)."""
         if name not in self.assignments:
             known = sorted(self.assignments)
             close = difflib.get_close_matches(name, known, n=1)
@@ -249,7 +284,7 @@ class Course(_Model):
                 f"{COURSE_FILE}: assignments.{name}: no such assignment{hint} Known assignments: {listed}.{tip}"
             )
         entry = self.assignments[name]
-        student_dir = self.root / "assignments" / name
+        student_dir = self.student_dir(name)
         reference_dir = self.root / "reference" / name
         if not (student_dir / ASSIGNMENT_FILE).is_file():
             raise ConfigError(
@@ -284,7 +319,9 @@ class Course(_Model):
             due=entry.due,
             late_policy=entry.late_policy or self.late_policy,
         )
-        required = [("starter notebook", resolved.starter, False), ("public tests", resolved.public_tests, True)]
+        required = [("public tests", resolved.public_tests, True)]
+        if starter:
+            required.insert(0, ("starter notebook", resolved.starter, False))
         if staff:
             required += [
                 ("reference solution", resolved.solution, False),
@@ -295,6 +332,14 @@ class Course(_Model):
                 kind = "directory" if is_dir else "file"
                 raise ConfigError(f"{path}: {what} of assignment {name!r} not found (expected a {kind})")
         return resolved
+
+    def student_dir(self, name: str) -> Path:
+        """``assignments/<name>/``, or the course root itself in a student bundle (the folder
+        `jaxgrade release` writes: ``assignment.yaml``, ``tests/`` and the notebook at the top)."""
+        nested = self.root / "assignments" / name
+        if not nested.is_dir() and (self.root / ASSIGNMENT_FILE).is_file():
+            return self.root
+        return nested
 
 
 @dataclass(frozen=True)
@@ -378,9 +423,9 @@ def find_course_root(start: Path | None = None) -> Path:
     installed = Path(__file__).resolve().parents[2]  # an editable install of the course repository
     if (installed / COURSE_FILE).is_file():
         return installed
-    raise ConfigError(
-        f"no {COURSE_FILE} found in {begin} or its parents; "
-        "run jaxgrade from the course repository or pass --course DIR"
+    raise NoCourseError(
+        f"no {COURSE_FILE} found in {begin} or its parents: this is neither a course repository nor an "
+        "assignment folder made by `jaxgrade release`"
     )
 
 

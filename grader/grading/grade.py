@@ -66,8 +66,10 @@ def run_tests(
     *,
     public_only: bool = False,
     seed: int | None = None,
+    plugins: tuple[object, ...] = (),
 ) -> tuple[list[Any], list[str]]:
-    """Run the public (and hidden) tests against a submission proxy; return (results, staff errors)."""
+    """Run the public (and hidden) tests against a submission proxy; return (results, staff errors).
+    ``plugins`` are more pytest plugins for the run (the self-check's choice of tests)."""
     visibility = {assignment.public_tests: "visible"}
     paths = [assignment.public_tests]
     if not public_only:
@@ -96,7 +98,7 @@ def run_tests(
         "no:stepwise",
     ]
     with _fresh_test_modules(paths):
-        code = pytest.main(args, plugins=[plugin])
+        code = pytest.main(args, plugins=[plugin, *plugins])
     errors = list(plugin.errors)
     if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
         errors.append(f"pytest could not run the tests (exit code {int(code)}: {pytest.ExitCode(code).name})")

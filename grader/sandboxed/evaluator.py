@@ -338,14 +338,22 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if _is_shutdown(header):
             return 0
-        resp: messages.Reply
-        try:
-            resp, values = _evaluate(header, payload)
-        except Exception as exc:
-            resp, values = messages.Raised(ename=type(exc).__name__, evalue=str(exc)[:4000]), {}
-        frag, blob = protocol.pack_values(values)
-        rid = header.get("id") if type(header.get("id")) is int else None
-        protocol.write_frame(proto_out, {**replace(resp, id=rid).encode(), **frag}, blob)
+        reply, blob = answer(header, payload)
+        protocol.write_frame(proto_out, reply, blob)
+
+
+def answer(header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
+    """The reply frame (header, payload) to one request; a failure is a :class:`messages.Raised`
+    reply.  ``main`` answers the trusted side's frames with it, and the in-notebook self-check
+    (``grader.selfcheck``) calls it directly."""
+    resp: messages.Reply
+    try:
+        resp, values = _evaluate(header, payload)
+    except Exception as exc:
+        resp, values = messages.Raised(ename=type(exc).__name__, evalue=str(exc)[:4000]), {}
+    frag, blob = protocol.pack_values(values)
+    rid = header.get("id") if type(header.get("id")) is int else None
+    return {**replace(resp, id=rid).encode(), **frag}, blob
 
 
 def _is_shutdown(header: dict[str, Any]) -> bool:

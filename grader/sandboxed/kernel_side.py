@@ -44,7 +44,7 @@ def _student_location(tb: Any) -> messages.Where | None:
         fname = frame.f_code.co_filename
         if fname in fmap or fname.startswith("<ipython-input-"):
             text = linecache.getline(fname, lineno).strip()
-            count = fmap.get(fname)
+            count = fmap.get(fname, _input_count(fname))
             found = messages.Where(
                 exec_count=count if type(count) is int else None,
                 lineno=lineno,
@@ -52,6 +52,12 @@ def _student_location(tb: Any) -> messages.Where | None:
                 function=frame.f_code.co_name[:300],
             )
     return found
+
+
+def _input_count(fname: str) -> int | None:
+    """The execution count in an older IPython's cell file name, ``<ipython-input-7-1a2b3c>`` (Colab)."""
+    parts = fname.split("-")
+    return int(parts[2]) if fname.startswith("<ipython-input-") and len(parts) > 3 and parts[2].isdigit() else None
 
 
 def _error(exc: BaseException) -> messages.Raised:
@@ -107,7 +113,7 @@ def _os_read_only(value: Any) -> Any:
     if not isinstance(value, np.ndarray):
         return value
     data = np.ascontiguousarray(value).tobytes()
-    if not data:
+    if not data or not hasattr(os, "memfd_create"):  # no memfd (macOS): a read-only copy, weaker but honest
         frozen = value.copy()
         frozen.flags.writeable = False
         return frozen
@@ -325,11 +331,10 @@ def reap_children(budget: float = 1.0) -> int:
     return reaped
 
 
-def serve(req_path: str, resp_path: str) -> None:
-    """Answer one request file; always writes a response frame."""
-    with open(req_path, "rb") as f:
-        rfd = f.fileno()
-        header, payload = protocol.read_frame(rfd)
+def answer(header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
+    """The reply frame (header, payload) to one request.
+    Never raises: a failure is the reply.  ``serve`` answers the worker's files with it, and the
+    in-notebook self-check (``grader.selfcheck``) calls it directly."""
     rid = header.get("id") if type(header.get("id")) is int else None
     try:
         request = messages.decode_request(header, *_REQUESTS)
@@ -344,18 +349,28 @@ def serve(req_path: str, resp_path: str) -> None:
     except (TypeError, ValueError) as exc:
         resp, blob = messages.Unsendable(why=str(exc)[:1000]), b""
         frag = {}
+    return {**replace(resp, id=rid).encode(), **frag}, blob
+
+
+def serve(req_path: str, resp_path: str) -> None:
+    """Answer one request file; always writes a response frame."""
+    with open(req_path, "rb") as f:
+        rfd = f.fileno()
+        header, payload = protocol.read_frame(rfd)
+    reply, blob = answer(header, payload)
     try:
-        _write_response(resp_path, replace(resp, id=rid), frag, blob)
+        _write_response(resp_path, reply, blob)
     except OSError as exc:  # the file size limit (EFBIG) or a full disk: the value is too large
         why = f"the value is too large to send ({len(blob)} bytes: {exc})"[:1000]
-        _write_response(resp_path, messages.Unsendable(why=why, id=rid), {}, b"")
+        rid = header.get("id") if type(header.get("id")) is int else None
+        _write_response(resp_path, messages.Unsendable(why=why, id=rid).encode(), b"")
 
 
-def _write_response(resp_path: str, resp: messages.Reply, frag: dict[str, Any], blob: bytes) -> None:
+def _write_response(resp_path: str, reply: dict[str, Any], blob: bytes) -> None:
     tmp = resp_path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        protocol.write_frame(fd, {**resp.encode(), **frag}, blob)
+        protocol.write_frame(fd, reply, blob)
     finally:
         os.close(fd)
     os.replace(tmp, resp_path)

@@ -98,8 +98,8 @@ def test_find_course_root_without_grading_yaml(tmp_path: Path, monkeypatch: pyte
     with pytest.raises(ConfigError) as info:
         find_course_root(tmp_path)
     assert str(info.value) == (
-        f"no grading.yaml found in {tmp_path} or its parents; "
-        "run jaxgrade from the course repository or pass --course DIR"
+        f"no grading.yaml found in {tmp_path} or its parents: this is neither a course repository nor an "
+        "assignment folder made by `jaxgrade release`"
     )
 
 
