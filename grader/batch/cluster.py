@@ -198,8 +198,28 @@ def _private_dir() -> Path:
     return base
 
 
+def _sweep(base: Path) -> None:
+    """Remove the courses of worker processes that are gone (a SIGKILL skips their atexit)."""
+    for old in base.glob("course-*-*"):
+        pid = old.name.split("-")[1]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _unpack(bundle: CourseBundle) -> Path:
-    root = Path(tempfile.mkdtemp(prefix="course-", dir=_private_dir()))
+    base = _private_dir()
+    _sweep(base)
+    root = Path(tempfile.mkdtemp(prefix=f"course-{os.getpid()}-", dir=base))
     atexit.register(shutil.rmtree, root, True)
     for rel, data in bundle.files.items():
         parts = PurePosixPath(rel).parts

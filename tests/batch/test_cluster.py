@@ -28,6 +28,7 @@ from grader.batch.cluster import (
     CourseBundle,
     CourseMismatch,
     _received,
+    _sweep,
     _unpack,
     differences,
     fingerprint,
@@ -203,6 +204,14 @@ def test_a_bundle_path_outside_the_course_is_refused(tmp_path: Path) -> None:
     evil = dataclasses.replace(bundle, files={"../escaped.py": b"x"}, sha256={})
     with pytest.raises(CourseMismatch, match=r"a path outside the course: '\.\./escaped\.py'"):
         _unpack(evil)
+
+
+def test_courses_of_dead_worker_processes_are_swept(tmp_path: Path) -> None:
+    dead, mine = tmp_path / f"course-{2**22 + 1}-abc", tmp_path / f"course-{os.getpid()}-def"  # no pid is above 2**22
+    for folder in (dead, mine):
+        (folder / "reference").mkdir(parents=True)
+    _sweep(tmp_path)
+    assert not dead.exists() and mine.is_dir()
 
 
 def _pretend_no_bwrap(missing: bool) -> None:
