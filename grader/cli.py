@@ -8,6 +8,7 @@ and :func:`_fail` is the one place that turns an expected error into a message a
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import logging
 import os
@@ -177,17 +178,40 @@ def cmd_grade(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(line, file=err)
     if not intake.submissions:
         raise CliError("no submissions found", "Pass notebooks (.ipynb), folders that contain them, or an LMS zip.")
-    _warn_isolation(args.isolation, err)
+    stops: tuple[type[Exception], ...] = ()
+    if args.scheduler:
+        stops = _cluster_stops(args.isolation, err)
+    else:
+        _warn_isolation(args.isolation, err)
     from grader.batch.run import Batch, DiskFull
 
-    batch = Batch(assignment, out_dir, isolation=args.isolation, cache=args.cache)
+    batch = Batch(assignment, out_dir, isolation=args.isolation, cache=args.cache, scheduler=args.scheduler)
     try:
         return _grade_batch(batch, intake, args, out_dir, err)
-    except DiskFull as exc:
+    except (DiskFull, *stops) as exc:
         # after the abort: no work is left running, and the gradebook holds every result so far
         print(f"jaxgrade: error: {exc.message}", file=err)
         print(f"TIP: {exc.tip}", file=err)
         return EXIT_FAIL
+
+
+def _cluster_stops(isolation: str, err: TextIO) -> tuple[type[Exception], ...]:
+    """Check that Dask is installed; the errors that stop a batch on a cluster.  The workers
+    sandbox the notebooks, so this machine's bubblewrap does not matter."""
+    if importlib.util.find_spec("distributed") is None:
+        raise CliError(
+            "--scheduler grades on a Dask cluster, but Dask's distributed package is not installed",
+            "Install it with `pip install 'jaxgrade[dask]'` (here and on the workers).",
+        )
+    from grader.batch.cluster import ClusterError
+
+    if isolation == "process":
+        print(
+            "warning: --isolation process: the workers will run student code in plain subprocesses, "
+            "without bubblewrap (limits, but no filesystem or network isolation)",
+            file=err,
+        )
+    return (ClusterError,)
 
 
 def _grade_batch(batch: Batch, intake: IntakeReport, args: argparse.Namespace, out_dir: Path, err: TextIO) -> int:
@@ -199,10 +223,22 @@ def _grade_batch(batch: Batch, intake: IntakeReport, args: argparse.Namespace, o
         print(
             f"{assignment.name}: {len(intake.submissions)} submission(s), {skipped} already graded"
             + (" (use --regrade to grade them again)" if skipped else "")
-            + (f", {len(todo)} to grade with {jobs} job(s)" if todo else ""),
+            + (f", {len(todo)} to grade " if todo else "")
+            + (
+                (f"on the Dask cluster at {args.scheduler}" if args.scheduler else f"with {jobs} job(s)")
+                if todo
+                else ""
+            ),
             file=err,
         )
-        if todo:
+        if todo and args.scheduler:
+            print(
+                "compilation cache: each worker machine's own, warmed there by grading the reference once"
+                if batch.cache
+                else "compilation cache: off (--no-cache)",
+                file=err,
+            )
+        elif todo:
             from grader.grading.grade import cache_status
 
             print(cache_status(assignment, batch.isolation, batch.cache, jobs=jobs, n=len(todo)), file=err)
@@ -238,8 +274,12 @@ def _grade_batch(batch: Batch, intake: IntakeReport, args: argparse.Namespace, o
             )
         else:
             print(
-                "TIP: Run the same command again: it grades only these. If it happens again, the machine is "
-                "short of memory: lower --jobs.",
+                "TIP: Run the same command again: it grades only these. If it happens again, "
+                + (
+                    "the workers are short of memory: give them more, or fewer threads (dask worker --nthreads)."
+                    if args.scheduler
+                    else "the machine is short of memory: lower --jobs."
+                ),
                 file=err,
             )
     return EXIT_FAIL if lost or bugs else EXIT_OK
@@ -570,13 +610,24 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--out", required=True, help="output directory (gradebook.db, results/, feedback/, report.html, grades.csv)"
     )
-    g.add_argument("--jobs", type=int, default=0, help="submissions graded at once (default: the CPU count)")
+    g.add_argument(
+        "--jobs",
+        type=int,
+        default=0,
+        help="submissions graded at once (default: the CPU count); with --scheduler, the workers' threads decide",
+    )
     g.add_argument("--regrade", action="store_true", help="grade again submissions the gradebook already holds")
     g.add_argument(
         "--no-cache",
         dest="cache",
         action="store_false",
         help="do not use (or warm) the trusted compilation cache: slower, for comparisons",
+    )
+    g.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="grade on the workers of this Dask scheduler, e.g. tcp://10.0.0.5:8786 (pip install 'jaxgrade[dask]'); "
+        "the workers need bubblewrap unless --isolation process is given",
     )
     g.add_argument(
         "submissions",

@@ -11,6 +11,8 @@ The command line (``jaxgrade grade``) is a thin layer over :class:`Batch`:
    status ``lost``: it is reported (:attr:`Batch.lost`) but never committed, so the next run
    grades it again; so does one whose grading raised (a grader bug: status ``grader_error``,
    :attr:`Batch.bugs`), while the rest of the class is graded;
+   with ``scheduler`` (a Dask scheduler's address) the grading happens on that cluster's workers
+   (grader/batch/cluster.py), and everything else here stays the same;
 3. :meth:`Batch.finish` rebuilds ``grades.csv``, every feedback page and ``report.html`` from the
    gradebook's current records, never from memory.
 
@@ -99,8 +101,10 @@ class Batch:
         reserve_bytes: int = RESERVE_BYTES,
         per_submission_bytes: int = PER_SUBMISSION_BYTES,
         cache: bool = True,
+        scheduler: str | None = None,
     ) -> None:
         self.assignment = assignment
+        self.scheduler = scheduler  # a Dask scheduler's address: grade on its workers (grader/batch/cluster.py)
         self.cache = cache  # the trusted compilation cache (grader/host/xla_cache.py)
         self.out_dir = Path(out_dir)
         self.isolation = isolation
@@ -255,15 +259,30 @@ class Batch:
             if on_record:
                 on_record(rec)
 
-        grade_many(
-            self.assignment,
-            [inc.path for inc in todo],
-            jobs=jobs,
-            students={inc.path: inc.student for inc in todo},
-            isolation=self.isolation,
-            on_result=store,
-            cache=self.cache,
-        )
+        paths, students = [inc.path for inc in todo], {inc.path: inc.student for inc in todo}
+        if self.scheduler:
+            # the optional `dask` extra: imported only by a batch that asks for a cluster
+            from grader.batch.cluster import grade_on_cluster
+
+            grade_on_cluster(
+                self.assignment,
+                paths,
+                scheduler=self.scheduler,
+                students=students,
+                isolation=self.isolation,
+                on_result=store,
+                cache=self.cache,
+            )
+        else:
+            grade_many(
+                self.assignment,
+                paths,
+                jobs=jobs,
+                students=students,
+                isolation=self.isolation,
+                on_result=store,
+                cache=self.cache,
+            )
         self.release_reserve()  # its room is for finish(): grades.csv, the pages and the report
 
     def note_loss(self, rec: Record) -> None:

@@ -363,15 +363,11 @@ class Assignment:
     due: datetime | None = None
     late_policy: LatePolicy = dataclasses.field(default_factory=LatePolicy)
 
-    def version(self) -> str:
-        """``<grader version>+<digest>``: changes when anything that decides a grade changes (the
-        tests, the reference, the settings, the grader), so that resumed batches regrade."""
-        cached = self.__dict__.get("_version")  # once per run: a batch keys every row by it
-        if cached is not None:
-            return cached
+    def fingerprint(self) -> dict[str, Any]:
+        """What :meth:`version` digests, part by part (the grader's version, the settings, each
+        file's sha256 by its path in the course), so that two versions can say how they differ."""
         from grader import __version__
 
-        h = hashlib.sha256()
         settings = {
             "limits": dataclasses.asdict(self.limits),
             "seed": self.seed,
@@ -381,16 +377,30 @@ class Assignment:
             "due": self.due.isoformat() if self.due else None,
             "late_policy": self.late_policy.model_dump(),
         }
-        h.update(json.dumps(settings, sort_keys=True).encode())
-        files = [self.student_dir / ASSIGNMENT_FILE, self.solution]
+        paths = [self.student_dir / ASSIGNMENT_FILE, self.solution]
         for folder in (self.public_tests, self.hidden_tests):
             if folder.is_dir():
-                files += sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
-        for path in files:
-            if path.is_file():
-                h.update(path.relative_to(self.course.root).as_posix().encode() + b"\0")
-                h.update(hashlib.sha256(path.read_bytes()).digest())
-        version = f"{__version__}+{h.hexdigest()[:16]}"
+                paths += sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+        files = {
+            path.relative_to(self.course.root).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in paths
+            if path.is_file()
+        }
+        return {"jaxgrade": __version__, "settings": json.loads(json.dumps(settings)), "files": files}
+
+    def version(self) -> str:
+        """``<grader version>+<digest>``: changes when anything that decides a grade changes (the
+        tests, the reference, the settings, the grader), so that resumed batches regrade."""
+        cached = self.__dict__.get("_version")  # once per run: a batch keys every row by it
+        if cached is not None:
+            return cached
+        parts = self.fingerprint()
+        h = hashlib.sha256()
+        h.update(json.dumps(parts["settings"], sort_keys=True).encode())
+        for rel, digest in parts["files"].items():
+            h.update(rel.encode() + b"\0")
+            h.update(bytes.fromhex(digest))
+        version = f"{parts['jaxgrade']}+{h.hexdigest()[:16]}"
         object.__setattr__(self, "_version", version)  # a frozen dataclass: set once, here
         return version
 

@@ -1,0 +1,515 @@
+"""Grading a class on a Dask cluster: the same batch, with its sandboxes on the workers' machines.
+
+``jaxgrade grade ... --scheduler tcp://HOST:PORT`` hands :class:`grader.batch.run.Batch` this backend
+instead of the local trusted pool (:func:`grader.grading.grade.grade_many`); intake, the gradebook, the
+progress line and the summary are the same code.
+
+- **The course travels as a bundle** (:class:`CourseBundle`): ``grading.yaml`` and the assignment's
+  two folders (``assignments/<name>/``, ``reference/<name>/``) as bytes, with each file's sha256,
+  named by the assignment version digest.  The workers need no shared filesystem.  A worker
+  unpacks it once per process into a private folder (0700), checks every file, loads the course
+  from there and computes the version itself: a worker whose jaxgrade, jax or jaxlib, or whose
+  reading of the course, gives another version refuses (:class:`CourseMismatch`, naming what
+  differs), and the batch stops.
+- **A notebook travels as bytes**, with its student key and sha256; the worker checks the sha256
+  and writes the bytes to a private temporary file.  No path of the coordinator's is used there.
+- **Each task grades in a trusted child process** of the Dask worker (one per worker thread,
+  reused, killed with the thread that started it), as the local pool does: a crash there is not
+  the Dask worker's, a lost child is replaced and the submission graded again once, then it is
+  ``lost``.  The child is started with ``subprocess`` (Dask workers are daemonic processes, which
+  ``multiprocessing`` forbids to have children) and sets the assignment's device count before
+  JAX starts.
+- **Results come back as the record's JSON**, parsed and checked on the coordinator (assignment,
+  student and sha256 as sent) before the batch commits them.
+- **A worker lost mid-batch**: Dask runs its tasks again elsewhere.  A task whose workers died
+  more than ``distributed.scheduler.allowed-failures`` times (3 by default) ends in
+  ``KilledWorker`` and becomes a ``lost`` record, never committed.  Each submission is one
+  future, whose result arrives once, and the gradebook is keyed: nothing is committed twice.
+- **Isolation**: a worker grades in bubblewrap, and refuses without it, unless the coordinator
+  was given ``--isolation process``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import traceback
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import distributed
+
+import grader
+from grader.batch.pool import Lost, Raised
+from grader.course.config import COURSE_FILE, Assignment, ConfigError, load_course
+from grader.grading.grade import _bug_record, _init_worker, _lost_record, _task, trusted_cache_dir
+from grader.grading.record import Record, cap_record
+from grader.host import xla_cache
+from grader.host.sandbox import choose_isolation
+
+log = logging.getLogger(__name__)
+
+SKIPPED = ("__pycache__", ".ipynb_checkpoints")
+CONNECT_TIMEOUT = "20s"
+WORKERS_TIMEOUT = 120  # seconds to wait for a first worker
+
+
+class ClusterError(Exception):
+    """The cluster cannot grade this batch: ``message`` says why, ``tip`` what to do."""
+
+    def __init__(self, message: str, tip: str) -> None:
+        super().__init__(f"{message}. TIP: {tip}")
+        self.message, self.tip = message, tip
+
+
+class WorkerRefused(RuntimeError):
+    """A worker will not grade (raised there, re-raised on the coordinator: one argument, so it pickles)."""
+
+
+class CourseMismatch(WorkerRefused):
+    """The worker's course version is not the coordinator's."""
+
+
+class NoBubblewrap(WorkerRefused):
+    """The worker has no working bubblewrap, and ``--isolation process`` was not given."""
+
+
+# --------------------------------------------------------------------------- the course bundle
+
+
+def _versions() -> dict[str, str]:
+    """What besides the course decides a grade: this machine's jaxgrade, jax and jaxlib."""
+    found = {"jaxgrade": grader.__version__}
+    for dist in ("jax", "jaxlib"):
+        try:
+            found[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            found[dist] = "not installed"
+    return found
+
+
+def fingerprint(assignment: Assignment) -> dict[str, Any]:
+    """The assignment's version by part (:meth:`Assignment.fingerprint`), with jax and jaxlib."""
+    return {**assignment.fingerprint(), **_versions()}
+
+
+@dataclass(frozen=True)
+class CourseBundle:
+    """What a worker needs to grade ``name``: the course files as bytes, named by its version."""
+
+    name: str
+    version: str
+    fingerprint: dict[str, Any]
+    files: dict[str, bytes]  # path in the course (POSIX) -> content
+    sha256: dict[str, str]
+
+    @classmethod
+    def build(cls, assignment: Assignment) -> CourseBundle:
+        root = assignment.course.root
+        paths = [root / COURSE_FILE]
+        for folder in (assignment.student_dir, assignment.reference_dir):
+            paths += sorted(
+                p for p in folder.rglob("*") if p.is_file() and not any(part in SKIPPED for part in p.parts)
+            )
+        files = {p.relative_to(root).as_posix(): p.read_bytes() for p in paths}
+        return cls(
+            name=assignment.name,
+            version=assignment.version(),
+            fingerprint=fingerprint(assignment),
+            files=files,
+            sha256={rel: hashlib.sha256(data).hexdigest() for rel, data in files.items()},
+        )
+
+    @property
+    def size(self) -> int:
+        return sum(len(b) for b in self.files.values())
+
+
+def differences(worker: dict[str, Any], coordinator: dict[str, Any]) -> list[str]:
+    """What differs between two fingerprints, in words, worker first."""
+    out = [
+        f"{key} {worker.get(key)} on the worker, {coordinator.get(key)} on the coordinator"
+        for key in ("jaxgrade", "jax", "jaxlib")
+        if worker.get(key) != coordinator.get(key)
+    ]
+    ws, cs = _flat(worker.get("settings", {})), _flat(coordinator.get("settings", {}))
+    for key in sorted(set(ws) | set(cs)):
+        if ws.get(key) != cs.get(key):
+            out.append(f"setting {key}: {_short(ws.get(key))} on the worker, {_short(cs.get(key))} on the coordinator")
+    wf, cf = worker.get("files", {}), coordinator.get("files", {})
+    out += [f"{rel} only on the coordinator" for rel in sorted(set(cf) - set(wf))]
+    out += [f"{rel} only on the worker" for rel in sorted(set(wf) - set(cf))]
+    out += [f"{rel} differs" for rel in sorted(set(wf) & set(cf)) if wf[rel] != cf[rel]]
+    return out
+
+
+def _flat(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"limits": {"cell_timeout": 5}}`` -> ``{"limits.cell_timeout": 5}``."""
+    out: dict[str, Any] = {}
+    for key, value in settings.items():
+        if isinstance(value, dict):
+            out |= _flat(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+# --------------------------------------------------------------------------- on a worker
+
+_UNPACK_LOCK = threading.Lock()
+_UNPACKED: dict[str, Path] = {}  # version -> the checked course root, in this worker process
+
+
+def _here() -> str:
+    """This worker's address, for messages."""
+    try:
+        return str(distributed.get_worker().address)
+    except ValueError:
+        return f"pid {os.getpid()}"
+
+
+def _private_dir() -> Path:
+    """``$TMPDIR/jaxgrade-courses-<uid>``: ours, mode 0700, not a link (another user could plant one)."""
+    base = Path(tempfile.gettempdir()) / f"jaxgrade-courses-{os.getuid()}"
+    with contextlib.suppress(FileExistsError):
+        base.mkdir(mode=0o700)
+    st = os.lstat(base)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise WorkerRefused(f"worker {_here()}: {base} is not a private folder of this user (mode 0700)")
+    return base
+
+
+def _sweep(base: Path) -> None:
+    """Remove the courses of worker processes that are gone (a SIGKILL skips their atexit)."""
+    for old in base.glob("course-*-*"):
+        pid = old.name.split("-")[1]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _unpack(bundle: CourseBundle) -> Path:
+    base = _private_dir()
+    _sweep(base)
+    root = Path(tempfile.mkdtemp(prefix=f"course-{os.getpid()}-", dir=base))
+    atexit.register(shutil.rmtree, root, True)
+    for rel, data in bundle.files.items():
+        parts = PurePosixPath(rel).parts
+        if not parts or PurePosixPath(rel).is_absolute() or any(p in ("", ".", "..") for p in parts):
+            raise CourseMismatch(f"worker {_here()}: the course bundle holds a path outside the course: {rel!r}")
+        target = root.joinpath(*parts)
+        target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        if hashlib.sha256(target.read_bytes()).hexdigest() != bundle.sha256.get(rel):
+            raise CourseMismatch(f"worker {_here()}: {rel} of the course bundle did not unpack to its sha256")
+    return root
+
+
+def _check(bundle: CourseBundle, root: Path) -> None:
+    """Refuse unless the unpacked course gives this worker the coordinator's version."""
+    try:
+        assignment = load_course(root).assignment(bundle.name, staff=True)
+        mine, version = fingerprint(assignment), assignment.version()
+    except ConfigError as exc:
+        raise CourseMismatch(
+            f"worker {_here()} (jaxgrade {grader.__version__}) cannot read the course of version {bundle.version}: {exc}"
+        ) from None
+    diff = differences(mine, bundle.fingerprint)
+    if version != bundle.version or diff:
+        raise CourseMismatch(
+            f"worker {_here()} refuses to grade {bundle.name}: its course version is {version}, the "
+            f"coordinator's is {bundle.version}; what differs: {'; '.join(diff) or 'the version digest'}"
+        )
+
+
+def course_root(bundle: CourseBundle) -> Path:
+    """The checked course of ``bundle`` in this worker process, unpacked on first use."""
+    with _UNPACK_LOCK:
+        if bundle.version not in _UNPACKED:
+            root = _unpack(bundle)
+            _check(bundle, root)
+            _UNPACKED[bundle.version] = root
+        return _UNPACKED[bundle.version]
+
+
+def worker_isolation(requested: str) -> str:
+    """Bubblewrap, required, unless the coordinator was told ``--isolation process``."""
+    if requested == "process":
+        return "process"
+    try:
+        return choose_isolation("bwrap")
+    except RuntimeError as exc:
+        raise NoBubblewrap(f"worker {_here()} cannot sandbox with bubblewrap: {exc}") from None
+
+
+class _ChildLost(Exception):
+    def __init__(self, exitcode: int | None) -> None:
+        super().__init__(exitcode)
+        self.exitcode = exitcode
+
+
+class _Child:
+    """A trusted grading process of this Dask worker thread: one JSON line in, one JSON line out."""
+
+    def __init__(self, devices: int) -> None:
+        # the child imports the same grader as this worker, wherever it is installed
+        path = [str(Path(grader.__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", __name__, str(os.getpid()), str(devices)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+        )
+
+    def call(self, args: list[Any]) -> Any:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            self.proc.stdin.write(json.dumps(args).encode() + b"\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        except (BrokenPipeError, OSError):
+            line = b""
+        if not line.endswith(b"\n"):  # nothing, or half a reply: the child died
+            self.close()
+            raise _ChildLost(self.proc.returncode)
+        status, value = json.loads(line)
+        if status == "raised":  # a grader bug: that submission gets a grader_error record, as locally
+            return Raised(f"on worker {_here()}:\n{value}")
+        return value
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+
+
+_THREAD = threading.local()
+ATTEMPTS = 2  # as the local pool: a lost child is replaced and the submission graded once more
+
+
+def _in_child(devices: int, args: list[Any]) -> Any:
+    """``grader.grading.grade._task(*args)`` in this thread's child; a :class:`Lost` after ``ATTEMPTS`` deaths."""
+    children: dict[int, _Child] = _THREAD.__dict__.setdefault("children", {})
+    exitcode: int | None = None
+    for attempt in range(1, ATTEMPTS + 1):
+        child = children.get(devices) or children.setdefault(devices, _Child(devices))
+        try:
+            return child.call(args)
+        except _ChildLost as exc:
+            del children[devices]
+            exitcode = exc.exitcode
+            log.warning("the trusted grading process on %s died (exit %s); attempt %d", _here(), exitcode, attempt)
+    return Lost(ATTEMPTS, exitcode)
+
+
+_WARM_LOCK = threading.Lock()
+_WARM_TRIED: set[str] = set()
+
+
+def _cache_for(assignment: Assignment, root: Path, iso: str) -> str | None:
+    """This machine's trusted compilation cache: warmed by the first task that finds none (the
+    others grade without it meanwhile)."""
+    if iso != "bwrap":
+        return None
+    final = trusted_cache_dir(assignment)
+    if xla_cache.ready(final) is None and _WARM_LOCK.acquire(blocking=False):
+        try:
+            if assignment.version() not in _WARM_TRIED:
+                _WARM_TRIED.add(assignment.version())
+                _in_child(assignment.config.devices, [str(root), assignment.name, iso, str(final)])
+        finally:
+            _WARM_LOCK.release()
+    return str(final)  # the child reads it only once it is published
+
+
+def grade_task(bundle: CourseBundle, request: dict[str, Any]) -> dict[str, Any]:
+    """The Dask task: grade one notebook sent as bytes; ``{"record": ...}`` or ``{"lost": ...}``."""
+    root = course_root(bundle)
+    iso = worker_isolation(request["isolation"])
+    data: bytes = request["notebook"]
+    if hashlib.sha256(data).hexdigest() != request["sha256"]:
+        raise RuntimeError(f"worker {_here()}: {request['student']}'s notebook arrived with another sha256")
+    assignment = load_course(root).assignment(bundle.name, staff=not request["public_only"])
+    cache = _cache_for(assignment, root, iso) if request["cache"] else None
+    with tempfile.TemporaryDirectory(prefix="jaxgrade-nb-") as tmp:  # mkdtemp: mode 0700
+        path = Path(tmp) / "submission.ipynb"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        args = [str(root), bundle.name, str(path), request["student"], iso, request["public_only"], cache]
+        result = _in_child(assignment.config.devices, args)
+    if isinstance(result, Lost):
+        return {"lost": {"attempts": result.attempts, "exitcode": result.exitcode}}
+    if isinstance(result, Raised):
+        return {"raised": result.traceback}
+    return {"record": result, "worker": _here()}
+
+
+def _serve_child(parent: int, devices: int) -> None:
+    """The child's loop (``python -m`` this module): ``grader.grading.grade._task`` per line of stdin."""
+    _init_worker(devices, parent)  # the device count, OOM protection, death with the worker thread
+    replies = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)  # whatever trusted code prints goes to stderr, never into a reply
+    for line in sys.stdin:
+        try:
+            reply = ["ok", _task(*json.loads(line))]
+        except BaseException:  # the worker decides what a failure means
+            reply = ["raised", traceback.format_exc()]
+        replies.write(json.dumps(reply) + "\n")
+        replies.flush()
+
+
+# --------------------------------------------------------------------------- on the coordinator
+
+
+def _course_of(bundle: CourseBundle) -> CourseBundle:
+    """The bundle as a task of its own: Dask copies it to each worker once, and computes it again
+    (from the scheduler's copy) if every worker holding it is lost."""
+    return bundle
+
+
+def _connect(scheduler: str) -> distributed.Client:
+    try:
+        client = distributed.Client(scheduler, timeout=CONNECT_TIMEOUT, set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise ClusterError(
+            f"cannot reach the Dask scheduler at {scheduler}: {exc}",
+            "Start one (`dask scheduler`) and its workers (`dask worker ADDRESS`), or check --scheduler's "
+            "host and port.",
+        ) from None
+    try:
+        client.wait_for_workers(1, timeout=WORKERS_TIMEOUT)
+    except TimeoutError:
+        client.close()
+        raise ClusterError(
+            f"the Dask scheduler at {scheduler} has had no worker for {WORKERS_TIMEOUT} s",
+            f"Start workers with `dask worker {scheduler}` on machines with jaxgrade and bubblewrap.",
+        ) from None
+    return client
+
+
+def _received(assignment: Assignment, path: Path, student: str, sha: str, future: distributed.Future) -> Record:
+    """The record a future brought back, checked; a ``lost`` record for a submission Dask gave up on."""
+    try:
+        reply = future.result()
+    except distributed.KilledWorker as exc:
+        rec = _lost_record(assignment, path, student, Lost(1, None))
+        rec.message = (
+            "not graded: every Dask worker that graded this notebook died before it answered "
+            f"({exc}); this is not the student's doing and it is not a score. Run the same command "
+            "again to grade it: a lost result is never kept"
+        )
+        return rec
+    except CourseMismatch as exc:
+        raise ClusterError(
+            str(exc),
+            "Install on the workers the same jaxgrade, jax and jaxlib as here (results graded so far are kept)",
+        ) from None
+    except NoBubblewrap as exc:
+        raise ClusterError(
+            str(exc),
+            "Install bubblewrap on the workers (and allow unprivileged user namespaces, or run them as root); "
+            "or pass --isolation process to grade there without it",
+        ) from None
+    if "lost" in reply:
+        return _lost_record(assignment, path, student, Lost(**reply["lost"]))
+    if "raised" in reply:  # a grader bug while grading this one: never kept, the batch goes on
+        return _bug_record(assignment, path, student, Raised(str(reply["raised"])))
+    try:
+        rec = Record.from_dict(reply["record"])
+    except (TypeError, ValueError, KeyError) as exc:
+        raise ClusterError(
+            f"a worker sent back for {student} something that is not a result record ({exc})",
+            "Install on the workers the same jaxgrade as here",
+        ) from None
+    if (rec.assignment, rec.student, rec.submission_sha256) != (assignment.name, student, sha):
+        raise ClusterError(
+            f"worker {reply.get('worker')} sent back {rec.student}'s result for {rec.assignment} "
+            f"(sha256 {rec.submission_sha256[:12]}) when asked for {student}'s",
+            "Check who can reach the scheduler's port: only the coordinator and the workers should",
+        )
+    rec.source = str(path)  # where the TA's file is, not the worker's temporary copy
+    return cap_record(rec)
+
+
+def grade_on_cluster(
+    assignment: Assignment,
+    paths: list[Path],
+    *,
+    scheduler: str,
+    students: dict[Path, str] | None = None,
+    isolation: str = "auto",
+    public_only: bool = False,
+    on_result: Callable[[Path, Record], None] | None = None,
+    cache: bool = True,
+) -> dict[Path, Record]:
+    """Grade ``paths`` on the Dask cluster at ``scheduler``, like :func:`grader.grading.grade.grade_many`:
+    ``on_result`` is called (in this thread) for each record as it arrives."""
+    students = students or {}
+    bundle = CourseBundle.build(assignment)
+    out: dict[Path, Record] = {}
+    run = uuid.uuid4().hex[:8]
+    with _connect(scheduler) as client:
+        course = client.submit(_course_of, bundle, key=f"jaxgrade-course-{bundle.version}-{run}", pure=False)
+        futures: dict[distributed.Future, tuple[Path, str, str]] = {}
+        for p in paths:
+            data = p.read_bytes()
+            student, sha = students.get(p) or p.stem, hashlib.sha256(data).hexdigest()
+            request = {
+                "student": student,
+                "sha256": sha,
+                "notebook": data,
+                "isolation": isolation,
+                "public_only": public_only,
+                "cache": cache,
+            }
+            key = f"jaxgrade-{assignment.name}-{student}-{sha[:12]}-{run}"
+            futures[client.submit(grade_task, course, request, key=key, pure=False)] = (p, student, sha)
+        try:
+            for future in distributed.as_completed(futures, loop=client.loop):
+                p, student, sha = futures.pop(future)
+                rec = _received(assignment, p, student, sha, future)
+                out[p] = rec
+                if on_result:
+                    on_result(p, rec)
+        finally:
+            if futures:  # stopped early (a refusal, a full disk, Ctrl-C): start nothing more (a task
+                # already running on a worker finishes its notebook; its result is dropped)
+                client.cancel(list(futures), force=True)
+    return out
+
+
+if __name__ == "__main__":
+    _serve_child(int(sys.argv[1]), int(sys.argv[2]))

@@ -1,0 +1,285 @@
+"""Grading on a Dask cluster (grader/batch/cluster.py): the same records as a local run, a worker killed
+mid-batch, a worker with another course version refused.
+
+The cluster is a ``distributed.LocalCluster`` of two worker processes on loopback, grading the
+tiny ``double`` course of ``tests/minicourse.py`` through the real command line and real sandboxes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import os
+import signal
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import distributed
+import pytest
+
+import grader
+from grader.batch.cluster import (
+    ClusterError,
+    CourseBundle,
+    CourseMismatch,
+    _in_child,
+    _received,
+    _sweep,
+    _unpack,
+    differences,
+    fingerprint,
+)
+from grader.batch.gradebook import Gradebook
+from grader.batch.pool import Raised
+from grader.cli import main
+from grader.course.config import load_course
+from grader.grading.record import Record
+from tests.conftest import build_notebook
+from tests.minicourse import EXPECTED, make_minicourse, notebook
+
+pytestmark = pytest.mark.slow
+
+SLOW = build_notebook("import time\ntime.sleep(3)", "def double(x):\n    return 2 * x")  # 4/4, after 3 s
+
+
+def run(*argv: str) -> tuple[int, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out, err)
+    return code, err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[distributed.LocalCluster]:
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+    ) as c:
+        yield c
+
+
+@pytest.fixture
+def course(tmp_path: Path) -> Path:
+    return make_minicourse(tmp_path / "course")
+
+
+def make_class(folder: Path, notebooks: dict[str, str]) -> Path:
+    folder.mkdir(parents=True)
+    for name, text in notebooks.items():
+        (folder / f"{name}.ipynb").write_text(text)
+    return folder
+
+
+def grade(course: Path, out: Path, folder: Path, *extra: str) -> tuple[int, str]:
+    return run("--course", str(course), "grade", "--assignment", "double", "--out", str(out), *extra, str(folder))
+
+
+def comparable(out: Path) -> dict[str, dict]:
+    """Each student's record, less what differs between any two runs (times, paths, memory), tests and cells included."""
+    with Gradebook(out / "gradebook.db") as gb:
+        records = gb.records("double")
+    skip = {"timings", "graded_at", "source", "peak_memory_bytes", "duration"}
+
+    def strip(value: object) -> object:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in skip}
+        return [strip(v) for v in value] if isinstance(value, list) else value
+
+    return {r.student: strip(dataclasses.asdict(r)) for r in records}
+
+
+def test_cluster_grades_as_a_local_run_does(cluster: distributed.LocalCluster, course: Path, tmp_path: Path) -> None:
+    folder = make_class(tmp_path / "class", {k: notebook(k, salt=k) for k in ("half", "zero")})
+    code, err = grade(course, tmp_path / "local", folder, "--jobs", "1", "--no-cache")
+    assert code == 0, err
+    code, err = grade(course, tmp_path / "dask", folder, "--scheduler", cluster.scheduler_address, "--no-cache")
+    assert code == 0, err
+    assert "2 to grade on the Dask cluster at tcp://127.0.0.1:" in err and "[2/2]" in err, err
+    local, dask = comparable(tmp_path / "local"), comparable(tmp_path / "dask")
+    assert {s: (r["score"], r["status"]) for s, r in dask.items()} == {k: EXPECTED[k] for k in ("half", "zero")}
+    assert dask == local
+    assert all(r["isolation"] == "bwrap" for r in dask.values())
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(d.name))
+        except (OSError, ValueError, IndexError):
+            pass
+    return found
+
+
+def _grading(worker: int) -> int | None:
+    """The trusted process (``python -m grader.batch.cluster``) of a Dask worker, while it has a sandbox."""
+    for child in _children(worker):
+        with_sandbox = bool(_children(child))
+        try:
+            if with_sandbox and b"grader.batch.cluster" in Path(f"/proc/{child}/cmdline").read_bytes():
+                return child
+        except OSError:
+            pass
+    return None
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_a_worker_killed_mid_batch_costs_nothing(
+    cluster: distributed.LocalCluster, course: Path, tmp_path: Path
+) -> None:
+    students = {"s0_slow": SLOW, "s1_slow": SLOW.replace("sleep(3)", "sleep(3.5)"), "s2_zero": notebook("zero")}
+    folder = make_class(tmp_path / "class", students)
+    out = tmp_path / "out"
+    args = ("--scheduler", cluster.scheduler_address, "--no-cache")
+    result: list[tuple[int, str]] = []
+    batch = threading.Thread(target=lambda: result.append(grade(course, out, folder, *args)))
+    with distributed.Client(cluster, set_as_default=False) as client:
+        pids = client.run(os.getpid)
+        batch.start()
+        deadline, victim, child = time.monotonic() + 60, None, None
+        while child is None and time.monotonic() < deadline:
+            victim, child = next(((pid, c) for pid in pids.values() if (c := _grading(pid))), (None, None))
+            time.sleep(0.1)
+        assert victim is not None and child is not None, "no worker started grading"
+        os.kill(victim, signal.SIGKILL)  # mid-task: Dask gives its submission to another worker
+        batch.join(timeout=120)
+    assert result and result[0][0] == 0, result
+    deadline = time.monotonic() + 10
+    while not _gone(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _gone(child), "the killed worker's grading process lived on"
+    expected = {"s0_slow": (4.0, "graded"), "s1_slow": (4.0, "graded"), "s2_zero": EXPECTED["zero"]}
+    assert {s: (r["score"], r["status"]) for s, r in comparable(out).items()} == expected
+
+    code, err = grade(course, out, folder, *args)
+    assert code == 0 and "3 already graded" in err, err
+    rows = sqlite3.connect(out / "gradebook.db").execute("SELECT student FROM results").fetchall()
+    assert sorted(rows) == [(s,) for s in sorted(students)]  # every student exactly once
+
+
+def _pretend_jaxgrade(version: str) -> None:
+    grader.__version__ = version  # Assignment.version() reads it at each call
+
+
+def test_a_worker_with_another_course_version_refuses(cluster: distributed.LocalCluster, tmp_path: Path) -> None:
+    course = make_minicourse(tmp_path / "other", limits="{cell_timeout: 30}")  # a version no worker has seen
+    folder = make_class(tmp_path / "class", {"s0": notebook("full")})
+    with distributed.Client(cluster, set_as_default=False) as client:
+        client.run(_pretend_jaxgrade, "0.0.1-old")
+        try:
+            code, err = grade(course, tmp_path / "out", folder, "--scheduler", cluster.scheduler_address)
+        finally:
+            client.run(_pretend_jaxgrade, grader.__version__)
+    assert code == 1, err
+    assert "refuses to grade double: its course version is 0.0.1-old+" in err, err
+    assert f"jaxgrade 0.0.1-old on the worker, {grader.__version__} on the coordinator" in err, err
+    assert "TIP: Install on the workers the same jaxgrade, jax and jaxlib as here" in err, err
+    with Gradebook(tmp_path / "out" / "gradebook.db") as gb:
+        assert gb.count("double") == 0
+
+
+def test_differences_name_the_file_and_the_setting(tmp_path: Path) -> None:
+    ours = load_course(make_minicourse(tmp_path / "a")).assignment("double")
+    theirs_root = make_minicourse(tmp_path / "b", limits="{cell_timeout: 5}")
+    (theirs_root / "reference" / "double" / "solution.py").write_text("def double(x):\n    return x + x\n")
+    theirs = load_course(theirs_root).assignment("double")
+    diff = differences(fingerprint(theirs), fingerprint(ours))
+    assert diff == [
+        "setting limits.cell_timeout: 5.0 on the worker, 60.0 on the coordinator",
+        "reference/double/solution.py differs",
+    ]
+
+
+def test_a_bundle_path_outside_the_course_is_refused(tmp_path: Path) -> None:
+    bundle = CourseBundle.build(load_course(make_minicourse(tmp_path / "c")).assignment("double"))
+    assert "grading.yaml" in bundle.files and "reference/double/tests/test_hidden.py" in bundle.files
+    evil = dataclasses.replace(bundle, files={"../escaped.py": b"x"}, sha256={})
+    with pytest.raises(CourseMismatch, match=r"a path outside the course: '\.\./escaped\.py'"):
+        _unpack(evil)
+
+
+def test_courses_of_dead_worker_processes_are_swept(tmp_path: Path) -> None:
+    dead, mine = tmp_path / f"course-{2**22 + 1}-abc", tmp_path / f"course-{os.getpid()}-def"  # no pid is above 2**22
+    for folder in (dead, mine):
+        (folder / "reference").mkdir(parents=True)
+    _sweep(tmp_path)
+    assert not dead.exists() and mine.is_dir()
+
+
+def _pretend_no_bwrap(missing: bool) -> None:
+    import grader.batch.cluster
+    from grader.host.sandbox import choose_isolation
+
+    def refuse(requested: str) -> str:
+        raise RuntimeError(f"--isolation {requested} was requested but bwrap is not installed")
+
+    grader.batch.cluster.choose_isolation = refuse if missing else choose_isolation
+
+
+def test_a_worker_without_bubblewrap_refuses(cluster: distributed.LocalCluster, course: Path, tmp_path: Path) -> None:
+    folder = make_class(tmp_path / "class", {"s0": notebook("full")})
+    with distributed.Client(cluster, set_as_default=False) as client:
+        client.run(_pretend_no_bwrap, True)
+        try:
+            code, err = grade(course, tmp_path / "out", folder, "--scheduler", cluster.scheduler_address)
+        finally:
+            client.run(_pretend_no_bwrap, False)
+    assert code == 1, err
+    assert "cannot sandbox with bubblewrap: --isolation bwrap was requested but bwrap is not installed" in err, err
+    assert "TIP: Install bubblewrap on the workers" in err and "or pass --isolation process" in err, err
+
+
+class _Answered:
+    """What a finished future gives back (a value, or the exception Dask raises)."""
+
+    def __init__(self, value: object = None, exc: Exception | None = None) -> None:
+        self.value, self.exc = value, exc
+
+    def result(self) -> object:
+        if self.exc is not None:
+            raise self.exc
+        return self.value
+
+
+def test_a_result_is_checked_and_a_killed_worker_gives_a_lost_record(tmp_path: Path) -> None:
+    assignment = load_course(make_minicourse(tmp_path / "c")).assignment("double")
+    path = tmp_path / "s0.ipynb"
+    path.write_text(notebook("full"))
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    killed = distributed.KilledWorker("jaxgrade-double-s0", SimpleNamespace(address="tcp://10.0.0.9:4000"), 3)
+    rec = _received(assignment, path, "s0", sha, _Answered(exc=killed))
+    assert (rec.status, rec.student, rec.submission_sha256) == ("lost", "s0", sha)
+    assert "every Dask worker that graded this notebook died" in rec.message and "tcp://10.0.0.9:4000" in rec.message
+
+    other = Record(assignment="double", student="s1", submission_sha256=sha, status="graded", score=4.0).to_dict()
+    with pytest.raises(ClusterError, match=r"sent back s1's result for double \(sha256 \w+\) when asked for s0's"):
+        _received(assignment, path, "s0", sha, _Answered({"record": other, "worker": "tcp://10.0.0.9:4000"}))
+    with pytest.raises(ClusterError, match="something that is not a result record"):
+        _received(assignment, path, "s0", sha, _Answered({"record": {"assignment": "double"}}))
+    mine = dict(other, student="s0", source="/tmp/jaxgrade-nb-x/submission.ipynb")
+    assert _received(assignment, path, "s0", sha, _Answered({"record": mine})).source == str(path)
+
+
+def test_a_grader_bug_on_a_worker_costs_only_that_submission(tmp_path: Path) -> None:
+    """The worker's grading child raises (here: a course folder that is not there): the reply
+    carries the traceback, and the coordinator makes it a grader_error record, as a local run
+    does (never kept; the batch goes on) instead of stopping the class."""
+    assignment = load_course(make_minicourse(tmp_path / "c")).assignment("double")
+    path = tmp_path / "s0.ipynb"
+    path.write_text(notebook("full"))
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    result = _in_child(1, [str(tmp_path / "gone"), "double", str(path), "s0", "process", False, None])
+    assert isinstance(result, Raised) and "ConfigError" in result.traceback, result
+    rec = _received(assignment, path, "s0", sha, _Answered({"raised": result.traceback}))
+    assert (rec.status, rec.student, rec.submission_sha256) == ("grader_error", "s0", sha)
+    assert "a bug in the grader" in rec.message and "ConfigError" in rec.message
