@@ -43,13 +43,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_REFERENCES: dict[Path, Any] = {}
+# Trusted code imported once per process, keyed by the assignment version too (which digests the
+# reference's bytes): a process that outlives an edit of the solution never grades with the old one.
+_REFERENCES: dict[tuple[Path, str], Any] = {}
 
 
 def load_reference(assignment: Assignment) -> Any:
-    """Import the reference solution (trusted code) once per process."""
+    """Import the reference solution (trusted code) once per process and assignment version."""
     path = assignment.solution.resolve()
-    if path not in _REFERENCES:
+    key = (path, assignment.version())
+    if key not in _REFERENCES:
         name = f"jaxgrade_reference_{assignment.name}"
         spec = importlib.util.spec_from_file_location(name, path)
         if spec is None or spec.loader is None:
@@ -57,8 +60,8 @@ def load_reference(assignment: Assignment) -> Any:
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
-        _REFERENCES[path] = module
-    return _REFERENCES[path]
+        _REFERENCES[key] = module
+    return _REFERENCES[key]
 
 
 def run_tests(

@@ -9,7 +9,8 @@ import nbformat
 import pytest
 
 from grader.course.config import load_course
-from grader.grading.grade import grade_many
+from grader.grading.grade import grade_many, load_reference
+from tests.minicourse import make_minicourse
 
 pytestmark = pytest.mark.slow
 
@@ -58,3 +59,15 @@ def test_multi_device_assignment_runs_everywhere_with_its_device_count(tmp_path:
         ("test_counts", "passed", ""),
         ("test_pmap_result_spans_devices", "passed", ""),
     ]
+
+
+def test_an_edited_reference_is_imported_again(tmp_path: Path) -> None:
+    """A long-lived process (the self-check's kernel, a TA's session) never grades with a reference
+    it imported before the file changed."""
+    course = make_minicourse(tmp_path / "c")
+    before = load_course(course).assignment("double")
+    first = load_reference(before)
+    assert load_reference(before) is first  # once per process and version
+    before.solution.write_text(before.solution.read_text(encoding="utf-8") + "\nEDITED = True\n", encoding="utf-8")
+    after = load_reference(load_course(course).assignment("double"))
+    assert after is not first and after.EDITED is True
