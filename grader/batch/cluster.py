@@ -348,7 +348,7 @@ def _cache_for(assignment: Assignment, root: Path, iso: str) -> str | None:
         try:
             if assignment.version() not in _WARM_TRIED:
                 _WARM_TRIED.add(assignment.version())
-                _in_child(assignment.config.devices, [str(root), assignment.name, iso, str(final)])
+                _in_child(assignment.config.devices, ["warm", str(root), assignment.name, iso, str(final)])
         finally:
             _WARM_LOCK.release()
     return str(final)  # the child reads it only once it is published
@@ -368,7 +368,7 @@ def grade_task(bundle: CourseBundle, request: dict[str, Any]) -> dict[str, Any]:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        args = [str(root), bundle.name, str(path), request["student"], iso, request["public_only"], cache]
+        args = ["grade", str(root), bundle.name, str(path), request["student"], iso, request["public_only"], cache]
         result = _in_child(assignment.config.devices, args)
     if isinstance(result, Lost):
         return {"lost": {"attempts": result.attempts, "exitcode": result.exitcode}}

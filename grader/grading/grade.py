@@ -279,14 +279,25 @@ _WARM = "warm the trusted compilation cache"
 WARM_MIN = 3  # notebooks graded one at a time from which warming first pays (a pool warms beside them)
 
 
-def _task(*args: Any) -> Any:
-    """A pool task: grading one notebook (7 arguments) or warming the cache (4)."""
-    return _warm_in_worker(*args) if len(args) == 4 else _grade_in_worker(*args)
+#: What a trusted worker process may be asked to do, by name (plain data: the pool pickles it, a
+#: Dask worker's grading child reads it as a JSON line).
+TASKS: dict[str, Callable[..., Any]] = {}
+
+
+def _task(kind: str, *args: Any) -> Any:
+    """A pool task: ``("grade", root, name, path, student, isolation, public_only, cache)`` or
+    ``("warm", root, name, isolation, final)``."""
+    if kind not in TASKS:
+        raise ValueError(f"unknown trusted task {kind!r} (expected one of {', '.join(TASKS)})")
+    return TASKS[kind](*args)
 
 
 def _warm_in_worker(root: str, name: str, isolation: str, final: str) -> int:
     logging.basicConfig(level=logging.WARNING)
     return warm_cache(load_course(Path(root)).assignment(name, staff=True), isolation, Path(final))
+
+
+TASKS.update(grade=_grade_in_worker, warm=_warm_in_worker)
 
 
 def _sandbox_xla_env(assignment: Assignment) -> dict[str, str]:
@@ -389,8 +400,8 @@ def grade_many(
     cached = str(final) if final is not None else None
     tasks: list[tuple[Any, tuple[Any, ...]]] = []
     if warm and final is not None:
-        tasks.append((_WARM, (root, assignment.name, iso, str(final))))
-    tasks += [(p, (root, assignment.name, str(p), students.get(p), iso, public_only, cached)) for p in paths]
+        tasks.append((_WARM, ("warm", root, assignment.name, iso, str(final))))
+    tasks += [(p, ("grade", root, assignment.name, str(p), students.get(p), iso, public_only, cached)) for p in paths]
     with TrustedPool(max(1, jobs), initializer=_init_worker, initargs=(devices, os.getpid())) as pool:
         # an exception here (Ctrl-C, a failed commit, a grader bug) closes the generator, which
         # kills every worker: their sandboxes die with them (bwrap --die-with-parent)

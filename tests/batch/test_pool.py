@@ -234,12 +234,12 @@ def test_a_submission_whose_trusted_process_is_lost_twice_is_not_kept_and_the_re
 # ----------------------------------------------------------------------------- a grader bug, a repeated loss
 
 
-def raise_for_buggy(*args: object) -> object:
+def raise_for_buggy(kind: str, *args: object) -> object:
     """The pool task, raising for the student "buggy" as a grader bug would (a module-level
     function: the spawned workers import it by name)."""
-    if len(args) == 7 and args[3] == "buggy":
+    if kind == "grade" and args[3] == "buggy":
         raise KeyError("a grader bug")
-    return grading._grade_in_worker(*args) if len(args) == 7 else grading._warm_in_worker(*args)
+    return grading.TASKS[kind](*args)
 
 
 def grade_cli(course: Path, folder: Path, out: Path, *more: str) -> tuple[int, str]:
@@ -261,7 +261,7 @@ def test_a_grader_bug_in_one_submission_is_reported_and_the_batch_goes_on(
 
     def grade_notebook(*args: Any, **kwargs: Any) -> Any:
         if kwargs.get("student") == "buggy":
-            raise_for_buggy(*[None] * 3, "buggy", *[None] * 3)
+            raise_for_buggy("grade", *[None] * 3, "buggy", *[None] * 3)
         return real(*args, **kwargs)
 
     monkeypatch.setattr(grading, "grade_notebook", grade_notebook)  # one job: graded in this process
