@@ -388,6 +388,25 @@ class Assignment:
         }
         return {"jaxgrade": __version__, "settings": json.loads(json.dumps(settings)), "files": files}
 
+    def hidden_salt(self) -> int:
+        """A number only the staff's side can compute: a digest of the reference solution and the
+        hidden tests (never released).  It seeds the hidden tests' inputs beside the course seed,
+        which students do know (the release carries it for the public tests)."""
+        cached = self.__dict__.get("_hidden_salt")
+        if cached is not None:
+            return cached
+        h = hashlib.sha256(b"jaxgrade hidden inputs\0")
+        files = [self.solution]
+        if self.hidden_tests.is_dir():
+            files += sorted(p for p in self.hidden_tests.rglob("*.py") if p.is_file() and "__pycache__" not in p.parts)
+        for path in files:
+            if path.is_file():
+                h.update(path.relative_to(self.course.root).as_posix().encode() + b"\0")
+                h.update(hashlib.sha256(path.read_bytes()).digest())
+        salt = int.from_bytes(h.digest()[:4], "big") or 1
+        object.__setattr__(self, "_hidden_salt", salt)
+        return salt
+
     def version(self) -> str:
         """``<grader version>+<digest>``: changes when anything that decides a grade changes (the
         tests, the reference, the settings, the grader), so that resumed batches regrade."""

@@ -86,6 +86,7 @@ def run_tests(
         visibility_of=visibility,
         student_text=submission.take_student_text if isinstance(submission, Submission) else None,
         tolerance=checks.Tolerance(assignment.config.tolerance.rtol, assignment.config.tolerance.atol),
+        hidden_salt=0 if public_only else assignment.hidden_salt(),
     )
     args = [
         *(str(p) for p in paths if p.exists()),

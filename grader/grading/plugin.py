@@ -105,15 +105,20 @@ class GradingPlugin:
         visibility_of: dict[Path, str],
         student_text: Callable[[], list[str]] | None = None,
         tolerance: Tolerance | None = None,
+        hidden_salt: int = 0,
     ) -> None:
         """``student_text()`` returns (and forgets) the text the sandbox chose since its last
         call; a hidden test's message and hint are scrubbed of it.  ``tolerance`` is
-        ``assert_close``'s default during each test (the assignment's)."""
+        ``assert_close``'s default during each test (the assignment's).  ``hidden_salt`` goes
+        into the ``rng`` of every test outside the visible folders: a secret of the staff's side,
+        so that knowing the course seed, a hidden test's name and its code (a scaffold's, say)
+        is not enough to recompute its inputs."""
         self._submission = submission
         self._tolerance = tolerance or Tolerance()
         self._take_student_text = student_text
         self._reference = reference
         self._seed = seed
+        self._hidden_salt = hidden_salt
         self._visibility_of = visibility_of
         self.results: list[TestResult] = []
         self.errors: list[str] = []
@@ -135,10 +140,7 @@ class GradingPlugin:
     ) -> None:
         counts = Counter(self._group(it) for it in items)
         for it in items:
-            vis = "visible"
-            for root, v in self._visibility_of.items():
-                if Path(str(it.path)).resolve().is_relative_to(root.resolve()):
-                    vis = v
+            vis = self._folder_visibility(it)
             try:
                 self._meta[it.nodeid] = read_meta(it, counts[self._group(it)], vis)
             except MarkerError as exc:
@@ -147,6 +149,14 @@ class GradingPlugin:
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
             self.errors.append(f"could not collect {report.nodeid}: {str(report.longrepr)[-1500:]}")
+
+    def _folder_visibility(self, item: pytest.Item) -> str:
+        """The visibility of the folder ``item``'s file is in (before any marker)."""
+        vis = "visible"
+        for root, v in self._visibility_of.items():
+            if Path(str(item.path)).resolve().is_relative_to(root.resolve()):
+                vis = v
+        return vis
 
     @staticmethod
     def _group(item: pytest.Item) -> str:
@@ -167,7 +177,10 @@ class GradingPlugin:
 
     @pytest.fixture
     def rng(self, request: pytest.FixtureRequest) -> np.random.Generator:
-        return np.random.default_rng([self._seed & 0xFFFFFFFF, zlib.crc32(request.node.nodeid.encode())])
+        key = [self._seed & 0xFFFFFFFF, zlib.crc32(request.node.nodeid.encode())]
+        if self._hidden_salt and self._folder_visibility(request.node) != "visible":
+            key.append(self._hidden_salt)  # hidden inputs: not computable from what students get
+        return np.random.default_rng(key)
 
     # -- outcomes
     @pytest.hookimpl(hookwrapper=True)

@@ -167,6 +167,37 @@ def test_rng_is_seeded_per_test(tmp_path: Path) -> None:
     assert got[4:6] != got[:2]
 
 
+def test_hidden_inputs_need_the_staffs_files_not_only_the_seed(tmp_path: Path) -> None:
+    """A public test draws from (course seed, test id): a student's self-check gets the same
+    inputs.  A hidden test's draws also depend on a digest of the reference and the hidden tests,
+    which are never released, so the seed, a test's name and its code do not give them away."""
+    import zlib
+
+    import numpy as np
+
+    code = """
+        import pytest
+        @pytest.mark.category("numerics")
+        @pytest.mark.points(1)
+        def test_r(submission, rng):
+            submission.record(float(rng.random()))
+    """
+    got: list[float] = []
+    a = make_course(tmp_path, code, public=code)
+    run_tests(a, Fake({"record": got.append}))
+    public, hidden = got
+    seed = a.seed & 0xFFFFFFFF
+    assert public == np.random.default_rng([seed, zlib.crc32(b"assignments/toy/tests/test_public.py::test_r")]).random()
+    unsalted = np.random.default_rng([seed, zlib.crc32(b"reference/toy/tests/test_hidden.py::test_r")]).random()
+    assert hidden != unsalted
+    run_tests(a, Fake({"record": got.append}), public_only=True)
+    assert got[2] == public  # what a student's check draws
+
+    a.solution.write_text(a.solution.read_text() + "# a comment changes the staff's digest\n")
+    run_tests(load_course(tmp_path).assignment("toy"), Fake({"record": got.append}))
+    assert got[3] == public and got[4] != hidden
+
+
 def test_scrub_removes_whole_lines_the_sandbox_said() -> None:
     """The backstop removes every long enough line of the sandbox's text, and nothing of the
     grader's own words (short pieces that JAX's messages share with them stay)."""
