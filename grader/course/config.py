@@ -187,6 +187,10 @@ class ReleaseConfig(_Model):
     @field_validator("install")
     @classmethod
     def _install_source(cls, value: str) -> str:
+        if any(c in value for c in "{}!$"):
+            raise ValueError(
+                f"must not contain {{, }}, ! or $ (IPython expands them in the notebook's %pip line), got {value!r}"
+            )
         if _GIT_URL.match(value) or _ARCHIVE_URL.match(value):
             return value
         try:

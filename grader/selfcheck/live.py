@@ -9,10 +9,12 @@ the kernel's history (``In``), since on Colab no notebook file exists.
 from __future__ import annotations
 
 import ast
+import atexit
 import difflib
 import html
 import inspect
 import io
+import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -288,18 +290,37 @@ def _device_note(a: Assignment) -> str:
 
 
 _CHECKER: list[Checker] = []  # the notebook's checker, set by setup(): one per kernel
+_FOLDERS: list[Path] = []  # setup()'s temporary folders still there: the latest one only, once set up
+
+
+def _remove_folders(keep: Path | None = None) -> None:
+    """Delete setup()'s temporary folders but ``keep`` (all at exit)."""
+    for folder in [f for f in _FOLDERS if f != keep]:
+        shutil.rmtree(folder, ignore_errors=True)
+        _FOLDERS.remove(folder)
+
+
+atexit.register(_remove_folders)
 
 
 def setup(name: str, payload: str) -> Checker:
     """Load the public tests and configuration of assignment ``name`` from the first cell's
-    ``payload`` (see :func:`encode_payload`), into a fresh private temporary folder."""
+    ``payload`` (see :func:`encode_payload`), into a fresh private temporary folder; the folder of
+    an earlier run of the cell is deleted, and this one when the kernel exits."""
     files = decode_payload(payload)
     root = Path(tempfile.mkdtemp(prefix=f"jaxgrade-{name}-"))
-    for rel, text in files.items():
-        target = root / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
-    assignment = load_course(root).assignment(name, staff=False, starter=False)
+    _FOLDERS.append(root)
+    try:
+        for rel, text in files.items():
+            target = root / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+        assignment = load_course(root).assignment(name, staff=False, starter=False)
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        _FOLDERS.remove(root)
+        raise
+    _remove_folders(keep=root)
     _set_trusted_devices(assignment.config.devices)  # before JAX starts, when this cell runs first
     _CHECKER[:] = [Checker(assignment)]
     print(f"jaxgrade {__version__}: self-check ready for {name}. Run `jc.check()` (or `jc.check('function')`).")

@@ -15,6 +15,7 @@ import pytest
 from IPython.core.inputtransformer2 import TransformerManager
 
 from grader.cli import main
+from grader.course import release
 from grader.course.config import ConfigError, load_course
 from grader.course.release import MARKER, SETUP_TAG, build_release
 from grader.selfcheck import decode_payload
@@ -54,40 +55,12 @@ def bundle_texts(folder: Path, zip_path: Path) -> dict[str, str]:
 
 def secrets(name: str) -> tuple[set[str], set[str], set[str]]:
     """(file names of reference/NAME, hidden test names, distinctive lines of the hidden side):
-    a line of the solution, hidden tests or mutants that no student file has."""
-    ref = ROOT / "reference" / name
-    public = ROOT / "assignments" / name
-    shown = "\n".join(
-        p.read_text() for p in public.rglob("*") if p.is_file() and p.suffix in (".py", ".yaml", ".ipynb")
-    )
-    public_tests = {
-        n.name
-        for p in (public / "tests").glob("*.py")
-        for n in ast.walk(ast.parse(p.read_text()))
-        if hasattr(n, "name")
-    }
-    files = {p.name for p in ref.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
-    hidden = {
-        n.name
-        for p in (ref / "tests").rglob("*.py")
-        for n in ast.walk(ast.parse(p.read_text()))
-        if isinstance(n, ast.FunctionDef) and n.name.startswith("test") and n.name not in public_tests
-    }
-    lines = {
-        line.strip()
-        for p in ref.rglob("*.py")
-        for line in p.read_text().splitlines()
-        if len(line.strip()) >= 30 and line.strip() not in shown and not line.strip().startswith("#")
-    }
-    return files, hidden, lines
+    what build_release's own check looks for (grader.course.release.secrets)."""
+    return release.secrets(COURSE.assignment(name, staff=False))
 
 
 def leaks(texts: dict[str, str], files: set[str], hidden: set[str], lines: set[str]) -> list[str]:
-    found = [f"{where}: file name of reference/" for where in texts if Path(where.split(":", 1)[1]).name in files]
-    for where, text in texts.items():
-        found += [f"{where}: hidden test {h}" for h in hidden if h in text]
-        found += [f"{where}: hidden line {ln!r}" for ln in lines if ln in text]
-    return found
+    return release.leak_report(texts, files, hidden, lines)
 
 
 @pytest.mark.parametrize("name", list(COURSE.assignments))
@@ -212,4 +185,106 @@ def test_check_outside_a_course_says_what_to_do(tmp_path: Path, monkeypatch: pyt
         "TIP: Run it inside the folder your course gave you for this assignment (made by `jaxgrade release`: "
         "it holds grading.yaml, assignment.yaml and tests/), or pass --course DIR, or check inside the "
         "notebook: run its first cell, then `jc.check()` in a cell.\n"
+    )
+
+
+def _course_copy(tmp_path: Path) -> Path:
+    root = tmp_path / "course"
+    root.mkdir()
+    shutil.copy(ROOT / "grading.yaml", root / "grading.yaml")
+    for part in ("assignments", "reference"):
+        shutil.copytree(ROOT / part, root / part, ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+@pytest.mark.parametrize(
+    ("link", "target"),
+    [
+        ("assignments/vmap_convolve/tests", "../../reference/vmap_convolve/tests"),
+        ("assignments/vmap_convolve/tests/test_public.py", "../../../reference/vmap_convolve/tests/test_hidden.py"),
+        ("assignments/vmap_convolve/assignment.yaml", "../../reference/vmap_convolve/assignment.yaml"),
+        ("assignments/vmap_convolve/vmap_convolve.ipynb", "../../reference/vmap_convolve/vmap_convolve.ipynb"),
+        ("assignments/vmap_convolve", "../reference/vmap_convolve"),
+    ],
+)
+def test_release_refuses_symbolic_links(tmp_path: Path, link: str, target: str) -> None:
+    """A link anywhere in the assignment's folder (a staff layout mistake that would ship the
+    hidden tests) is refused by name, and nothing is written."""
+    root = _course_copy(tmp_path)
+    ref, public = root / "reference" / "vmap_convolve", root / "assignments" / "vmap_convolve"
+    # the reference side holds what the link would ship
+    shutil.copy(public / "assignment.yaml", ref / "assignment.yaml")
+    shutil.copy(public / "vmap_convolve.ipynb", ref / "vmap_convolve.ipynb")
+    if link == "assignments/vmap_convolve":
+        shutil.copytree(public / "tests", ref / "tests", dirs_exist_ok=True)
+    path = root / link
+    (shutil.rmtree if path.is_dir() else Path.unlink)(path)
+    path.symlink_to(target)
+    out = tmp_path / "out"
+    code, stdout, err = run("--course", str(root), "release", "vmap_convolve", "--out", str(out), "--zip")
+    assert (code, stdout) == (2, "")
+    assert err == (
+        f"jaxgrade: error: {path}: is a symbolic link (to {target}); release copies only the real files of "
+        "assignments/vmap_convolve/, so that nothing of reference/ can reach students through a link\n"
+        "TIP: Replace the link with a copy of what students may see (the public tests only), then run release again.\n"
+    )
+    assert not out.exists()
+
+
+def test_release_refuses_a_bundle_naming_a_hidden_test(tmp_path: Path) -> None:
+    """build_release runs the leak check itself: a starter notebook that names a hidden test is
+    refused, and nothing is written."""
+    root = _course_copy(tmp_path)
+    _, hidden, _ = secrets("vmap_convolve")
+    name = sorted(hidden)[0]
+    starter = root / "assignments" / "vmap_convolve" / "vmap_convolve.ipynb"
+    nb = nbformat.read(starter, as_version=4)
+    nb.cells.append(nbformat.v4.new_markdown_cell(f"Your code must also pass `{name}`."))
+    nbformat.write(nb, starter)
+    out = tmp_path / "out"
+    code, _, err = run("--course", str(root), "release", "vmap_convolve", "--out", str(out), "--zip")
+    assert code == 2
+    assert err == (
+        "jaxgrade: error: the bundle of vmap_convolve would give away the hidden side of the assignment: "
+        f"vmap_convolve.ipynb: hidden test {name}; nothing was written\n"
+        f"TIP: Remove it from {root / 'assignments' / 'vmap_convolve'} (what students may see), then run "
+        "release again.\n"
+    )
+    assert not out.exists()
+
+
+def test_release_clears_the_starters_outputs(tmp_path: Path) -> None:
+    root = make_minicourse(tmp_path / "course")
+    starter = root / "assignments" / "double" / "double.ipynb"
+    nb = nbformat.read(starter, as_version=4)
+    cell = next(c for c in nb.cells if c.cell_type == "code")
+    cell.execution_count = 7
+    cell.outputs = [nbformat.v4.new_output("stream", text="my own run of the solution\n")]
+    nb.metadata["jaxgrade"] = {"note": "kept"}
+    nbformat.write(nb, starter)
+    folder = build_release(load_course(root), "double", tmp_path / "out")
+    released = nbformat.read(folder / "double.ipynb", as_version=4)
+    assert all(c.outputs == [] and c.execution_count is None for c in released.cells if c.cell_type == "code")
+    assert released.metadata["jaxgrade"] == {"note": "kept", "assignment": "double"}
+
+
+@pytest.mark.parametrize(
+    "install",
+    [
+        "git+https://example.org/{__import__('os').system('id')}.git",
+        "https://example.org/x{y}.whl",
+        "git+https://example.org/repo.git@v1!",
+        "git+https://example.org/$HOME.git",
+        "jaxgrade!=0.1.0",
+    ],
+)
+def test_release_install_refuses_what_ipython_expands(tmp_path: Path, install: str) -> None:
+    """IPython expands {expr} and $name in a %pip line before the shell quoting applies."""
+    root = make_minicourse(tmp_path)
+    (root / "grading.yaml").write_text((root / "grading.yaml").read_text() + f"release:\n  install: {install!r}\n")
+    with pytest.raises(ConfigError) as info:
+        load_course(root)
+    assert str(info.value) == (
+        "grading.yaml: release.install: must not contain {, }, ! or $ (IPython expands them in the notebook's "
+        f"%pip line), got {install!r}"
     )

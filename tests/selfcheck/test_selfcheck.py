@@ -12,6 +12,7 @@ from typing import Any
 
 import nbformat
 import pytest
+from IPython.core.inputtransformer2 import TransformerManager
 from nbclient import NotebookClient
 
 from grader.cli import HIDDEN_TESTS_NOTE, main
@@ -168,3 +169,42 @@ def test_same_verdicts_as_jaxgrade_check_in_the_bundle(
         assert [_comparable(t) for t in live["tests"]] == [_comparable(t) for t in checked["tests"]]
     assert [t["status"] for t in live["tests"]].count("failed") == 1
     assert "In [" in next(t["message"] for t in live["tests"] if t["status"] == "failed")
+
+
+def test_setup_cell_under_grading_stands_in_for_the_checker(setup_source: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While graded (JAXGRADE_SANDBOX set) the first cell installs nothing, and every call of the
+    checker's API a student may write still runs: nothing raises, so the rest of a cell is kept."""
+    monkeypatch.setenv("JAXGRADE_SANDBOX", "1")
+    ns: dict[str, Any] = {}
+    exec(TransformerManager().transform_cell(setup_source), ns)  # %pip is never reached
+    cell = "\n".join(
+        [
+            'jc.check(function="batched_convolve")',
+            "jc.check('batched_convolve')",
+            "jc.check()",
+            "assert jc.run().ok and jc.run(function='batched_convolve').ok",
+            "r = jc.run()",
+            "parts = (r.record, r.html(), r.text(), r._repr_html_(), repr(r))",
+            "after = True",
+        ]
+    )
+    exec(cell, ns)
+    assert ns["after"] and ns["parts"] == (None, "", "", "", "")
+
+
+def test_setup_removes_its_previous_folder_and_cleans_up_at_exit(bundle: Path) -> None:
+    from grader.selfcheck import live
+
+    payload = encode_payload(
+        {rel: (bundle / rel).read_text() for rel in ("grading.yaml", "assignment.yaml")}
+        | {"tests/test_public.py": (bundle / "tests" / "test_public.py").read_text()}
+    )
+    saved = list(live._CHECKER)
+    try:
+        first = live.setup("vmap_convolve", payload).assignment.course.root
+        second = live.setup("vmap_convolve", payload).assignment.course.root
+        assert not first.exists() and second.is_dir()
+        live._remove_folders()  # registered with atexit
+        assert not second.exists()
+    finally:
+        live._CHECKER[:] = saved
