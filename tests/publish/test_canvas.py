@@ -252,6 +252,24 @@ def test_comment_carries_the_feedback_summary(course: Path, server: FakeCanvas, 
     assert set(form) == {f"grade_data[{u}][{k}]" for u in ("5", "9") for k in ("posted_grade", "text_comment")}
 
 
+def test_comment_never_carries_hidden_parameter_ids(course: Path, server: FakeCanvas, sleeps) -> None:
+    from grader.grading.record import TestResult
+
+    rec = _record("5", 1.0, {"lms": "canvas", "id": "5", "name": "Carol"})
+    rec.graded_at = "2026-11-03T10:00:00+00:00"  # the newer record of student 5
+    rec.tests = [
+        TestResult("test_public", "numerics", 1.0, 1.0, "passed"),
+        TestResult("test_fit[lr=0.37-steps=12]", "numerics", 0.0, 3.0, "failed", visibility="hidden"),
+    ]
+    with Gradebook(course.parent / "graded" / "gradebook.db") as gb:
+        gb.put(rec)
+    assert post(course, "--comment")[0] == 0
+    form = next(form for m, _, form in server.requests if m == "POST")
+    (comment,) = form["grade_data[5][text_comment]"]
+    assert "lr=0.37" not in comment and "steps=12" not in comment
+    assert comment.endswith("Failed 1 of 2 tests: test_fit[case 1].")
+
+
 def test_throttling_is_retried_with_backoff_and_retry_after(course: Path, server: FakeCanvas, sleeps) -> None:
     server.queue = [(403, {}, THROTTLED), (429, {"Retry-After": "3"}, "Too Many Requests"), (403, {}, THROTTLED)]
     code, out, _ = post(course)
