@@ -324,6 +324,30 @@ def test_refusals_name_what_to_check(course: Path, server, sleeps, monkeypatch, 
     assert err.splitlines()[1].startswith("TIP: ")
 
 
+@pytest.mark.parametrize("bad", ["555/../../../users/self", "555?as_user_id=1", "\uff15\uff15\uff15", " 555", "12a"])
+@pytest.mark.parametrize("argv", [[], ["--dry-run"]])
+def test_a_canvas_id_that_is_not_digits_is_refused_before_any_request(
+    course: Path, server: FakeCanvas, bad: str, argv: list[str]
+) -> None:
+    text = (course / "grading.yaml").read_text().replace('canvas_id: "555"', f"canvas_id: {json.dumps(bad)}")
+    (course / "grading.yaml").write_text(text)
+    code, out, err = post(course, *argv)
+    assert code == 2 and server.requests == [] and out == ""
+    assert err.splitlines() == [
+        f"jaxgrade: error: assignment 'double': canvas_id {bad!r} is not a Canvas assignment id",
+        "TIP: Set canvas_id under assignments.double in grading.yaml to the number in the Canvas assignment's "
+        'address (.../assignments/<id>), e.g. canvas_id: "555".',
+    ]
+
+
+def test_the_client_refuses_ids_that_are_not_digits() -> None:
+    client = canvas.CanvasClient("http://127.0.0.1:9", TOKEN)
+    with pytest.raises(canvas.CanvasError, match=r"assignment id '5/x' is not a number"):
+        client.current_grades("7", "5/x")
+    with pytest.raises(canvas.CanvasError, match="course id '\uff17' is not a number"):
+        client.update_grades("\uff17", "555", ())
+
+
 def test_missing_token_or_settings_are_usage_errors(course: Path, server: FakeCanvas, monkeypatch) -> None:
     monkeypatch.delenv("CANVAS_TOKEN")
     code, _, err = post(course)
@@ -373,6 +397,7 @@ def test_a_redirect_is_not_followed_with_the_token(server: FakeCanvas) -> None:
             "grading.yaml: canvas.base_url: expected the address of the Canvas site alone",
         ),
         ('{base_url: "https://canvas.example.edu", course_id: "CS-101"}', "grading.yaml: canvas.course_id: expected"),
+        ('{base_url: "https://canvas.example.edu", course_id: "\uff17"}', "grading.yaml: canvas.course_id: expected"),
         (
             '{base_url: "https://canvas.example.edu", course_id: 7, token: "abc"}',
             "grading.yaml: canvas: a token never goes in grading.yaml",
