@@ -473,6 +473,12 @@ def cmd_post_canvas(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             f'Add canvas_id: "<id>" under assignments.{meta.name} in grading.yaml (the number in the Canvas '
             "assignment's address, .../assignments/<id>).",
         )
+    if not canvas.is_canvas_id(meta.canvas_id):  # it goes into the URL's path
+        raise CliError(
+            f"assignment {meta.name!r}: canvas_id {meta.canvas_id!r} is not a Canvas assignment id",
+            f"Set canvas_id under assignments.{meta.name} in grading.yaml to the number in the Canvas assignment's "
+            'address (.../assignments/<id>), e.g. canvas_id: "555".',
+        )
     todo = canvas.plan(records, meta, comment=args.comment)
     token = _canvas_token(settings, required=not args.dry_run)
     client = canvas.CanvasClient(settings.base_url, token, token_env=settings.token_env) if token else None

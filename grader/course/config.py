@@ -240,7 +240,7 @@ class CanvasConfig(_Model):
     @field_validator("course_id")
     @classmethod
     def _digits(cls, value: str | None) -> str | None:
-        if value is None or not value.isdigit():
+        if value is None or not (value.isascii() and value.isdigit()):
             raise ValueError(f"expected the number in the course's Canvas URL (.../courses/<id>), got {value!r}")
         return value
 

@@ -24,6 +24,10 @@ from grader.publish.output import write_atomic
 
 TODO_MARK = "TODO(jaxgrade)"  # what the author must write; the starter's student TODOs are plain "TODO:"
 STARTER_IMPORTS = ("jax", "jnp", "np")  # names the starter notebook binds; a function may not shadow them
+RESERVED_NAMES = {  # names a function may not take, and what it would hide
+    **{name: f"the starter notebook's `{name}` import" for name in STARTER_IMPORTS},
+    "jc": "the self-check `jc` that the released notebook's first cell defines",
+}
 WHAT = {  # what each written file is, by its name, for the command's listing
     ASSIGNMENT_FILE: "name, title, notebook, functions, seed",
     ".ipynb": "the starter: metadata, an introduction, a stub per function",
@@ -56,20 +60,29 @@ class Spec:
 
 
 def parse_functions(text: str | None, name: str) -> tuple[str, ...]:
-    """``--functions f,g`` as a tuple of names; by default one function named like the assignment."""
-    if text is None:
+    """``--functions f,g`` as a tuple of names; by default one function named like the assignment.
+
+    A name must be an ASCII Python identifier (the notebook, the tests and the reference must
+    spell it alike; Python folds other letters by NFKC) and must not hide a name the notebook
+    binds itself (:data:`RESERVED_NAMES`)."""
+    if text is None:  # the assignment's name, which check_name checks as a name
+        if name in RESERVED_NAMES:
+            raise ScaffoldError(
+                f"the default function name (the assignment's): {name!r} would hide {RESERVED_NAMES[name]}",
+                "Choose another assignment name, or name its functions with --functions, e.g. --functions my_fn.",
+            )
         return (name,)
     names = tuple(part.strip() for part in text.split(","))
     for f in names:
-        if not f.isidentifier() or keyword.iskeyword(f):
+        if not f.isidentifier() or not f.isascii() or keyword.iskeyword(f):
             raise ScaffoldError(
-                f"--functions: {f!r} is not a Python function name",
+                f"--functions: {f!r} is not a Python function name "
+                "(expected ASCII letters, digits and '_', not starting with a digit)",
                 "Pass names separated by commas, e.g. --functions batched_convolve,fast_convolve.",
             )
-        if f in STARTER_IMPORTS:
+        if f in RESERVED_NAMES:
             raise ScaffoldError(
-                f"--functions: {f!r} would hide the starter notebook's `{f}` import",
-                "Choose another name for the function.",
+                f"--functions: {f!r} would hide {RESERVED_NAMES[f]}", "Choose another name for the function."
             )
     twice = sorted({f for f in names if names.count(f) > 1})
     if twice:
@@ -237,7 +250,7 @@ def write_course_entry(root: Path, name: str) -> None:
         course_from_data(new, root)
     except ConfigError as exc:
         raise ScaffoldError(f"{COURSE_FILE} would not load after adding {name!r}: {exc}", "") from None
-    write_atomic(path, new_text)
+    write_atomic(path, new_text, follow_links=True)  # a linked grading.yaml stays a link, its mode stays
 
 
 # --------------------------------------------------------------------------- the command

@@ -57,6 +57,20 @@ class CanvasError(Exception):
         self.message, self.tip = message, tip
 
 
+def is_canvas_id(value: str | None) -> bool:
+    """Whether ``value`` is a Canvas id: ASCII digits only, since it goes into a URL's path."""
+    return value is not None and value.isascii() and value.isdigit()
+
+
+def _checked_id(value: str, what: str) -> str:
+    if not is_canvas_id(value):
+        raise CanvasError(
+            f"the {what} id {value!r} is not a number; not sending it to Canvas",
+            "Set the ids in grading.yaml to the numbers in the Canvas addresses (.../courses/<id>/assignments/<id>).",
+        )
+    return value
+
+
 # --------------------------------------------------------------------------- what to post
 
 
@@ -118,7 +132,7 @@ def plan(records: list[Record], meta: ExportMeta, *, comment: bool = False) -> P
     for r in one_per_student(records):
         name = r.identity.get("name") or r.student
         user_id = canvas_user_id(r)
-        if not user_id.isdigit():  # also keeps a forged id from adding fields to the form
+        if not is_canvas_id(user_id):  # also keeps a forged id from adding fields to the form
             without.append(name)
             continue
         text = summary(r) if comment else ""
@@ -170,6 +184,7 @@ class CanvasClient:
     # -- the three calls
     def current_grades(self, course_id: str, assignment_id: str) -> dict[str, str | None]:
         """User id -> the score Canvas has for the assignment (None when ungraded), for every student."""
+        course_id, assignment_id = _checked_id(course_id, "course"), _checked_id(assignment_id, "assignment")
         url: str | None = self._url(
             f"/api/v1/courses/{course_id}/assignments/{assignment_id}/submissions?per_page={PER_PAGE}"
         )
@@ -189,6 +204,7 @@ class CanvasClient:
 
     def update_grades(self, course_id: str, assignment_id: str, postings: tuple[Posting, ...]) -> dict[str, Any]:
         """Post ``postings`` in one bulk update; returns Canvas's Progress object."""
+        course_id, assignment_id = _checked_id(course_id, "course"), _checked_id(assignment_id, "assignment")
         form = []
         for p in postings:
             form.append((f"grade_data[{p.user_id}][posted_grade]", p.score))

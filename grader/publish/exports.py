@@ -20,6 +20,7 @@ from typing import Any
 
 from grader.course.late import days_text, describe
 from grader.grading.record import CATEGORIES, Record, finite, format_score
+from grader.publish.feedback import shown_names
 from grader.publish.output import safe_name, spreadsheet_safe, write_atomic
 
 CANVAS_FIXED = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
@@ -107,7 +108,11 @@ def late_text(record: Record) -> str:
 
 
 def summary(record: Record) -> str:
-    """A short plain-text summary: score, status, late deduction, failed tests by name."""
+    """A short plain-text summary: score, status, late deduction, failed tests by name.
+
+    Students read it (a Canvas or Moodle comment), so tests are named as on the feedback page
+    (:func:`grader.publish.feedback.shown_names`): a hidden test's parametrization id, which can
+    carry its inputs, becomes a case number."""
     parts = [f"Score {format_score(record.score)}/{format_score(record.max_score)}."]
     if record.status != "graded":
         why = " ".join(record.message.split())[:200]
@@ -117,7 +122,7 @@ def summary(record: Record) -> str:
         parts.append(f"Late: {late}.")
     if record.missing:
         parts.append(f"Missing: {', '.join(record.missing)}.")
-    failed = [t.name for t in record.tests if t.status != "passed"]
+    failed = [shown for t, shown in zip(record.tests, shown_names(record.tests)) if t.status != "passed"]
     if failed:
         parts.append(f"Failed {len(failed)} of {len(record.tests)} tests: {', '.join(failed)}.")
     elif record.tests:
@@ -231,8 +236,10 @@ def moodle_csv(records: list[Record], meta: ExportMeta) -> str:
                                  the assignment's own maximum grade)
         Last modified (grade)    ``record.graded_at`` (ISO 8601, UTC)
         Feedback comments        plain text: score, status, late deduction, failed
-                                 tests by name (HTML special characters escaped,
-                                 since Moodle shows comments as HTML)
+                                 tests by name as on the feedback page (a hidden
+                                 test's parameter ids replaced by a case number;
+                                 HTML special characters escaped, since Moodle
+                                 shows comments as HTML)
         =======================  =====================================================
 
         ``moodle_id`` is not part of the worksheet (it is uploaded into the assignment it came from).
@@ -393,14 +400,15 @@ def gradescope_results(record: Record) -> dict[str, Any]:
         functions, cells that failed; while hidden tests wait for publication it states only the
         public tests' points, never the total), ``output_format``/``test_output_format``/``test_name_format``
         ``text`` (nothing a student wrote is rendered as HTML), ``visibility`` ``visible``,
-        ``stdout_visibility`` ``hidden``, ``extra_data`` (record keys), and ``tests[]``: ``name``,
+        ``stdout_visibility`` ``hidden``, ``extra_data`` (record keys), and ``tests[]``: ``name``
+        (as on the feedback page: a hidden test's parameter ids become a case number),
         ``number``, ``score``, ``max_score``, ``status`` (``passed``, else ``failed``), ``output``
         (title, message, hint), ``tags`` (the category) and ``visibility`` (public tests
         ``visible``, hidden tests ``after_published``).  Non-finite numbers are written as 0.
     """
     tests = [
         {
-            "name": t.name,
+            "name": shown,
             "number": str(i),
             "score": _num(t.score),
             "max_score": _num(t.max_score),
@@ -409,7 +417,7 @@ def gradescope_results(record: Record) -> dict[str, Any]:
             "tags": [t.category] if t.category else [],
             "visibility": _gradescope_visibility(t.visibility),
         }
-        for i, t in enumerate(record.tests, start=1)
+        for i, (t, shown) in enumerate(zip(record.tests, shown_names(record.tests)), start=1)
     ]
     return {
         "score": _num(record.score),

@@ -5,7 +5,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import tempfile
+import secrets
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,23 +22,48 @@ def safe_name(student: str) -> str:
 
 
 @contextlib.contextmanager
-def atomic_target(path: Path, *, keep_if_same: bool = False) -> Iterator[Path]:
+def atomic_target(path: Path, *, keep_if_same: bool = False, follow_links: bool = False) -> Iterator[Path]:
     """Yield a temporary path next to ``path``; on success it replaces ``path`` in one rename,
     on failure it is removed, so ``path`` is always either the old file or the whole new one.
-    With ``keep_if_same``, a ``path`` already holding those bytes is left as it is (its mtime too)."""
+    With ``keep_if_same``, a ``path`` already holding those bytes is left as it is (its mtime too).
+
+    The new file has the mode a plain write would give it: a replaced regular file's mode
+    (the temporary stays private, 0600, until it is complete), else ``0o666`` less the umask.
+    A link at ``path`` is replaced by the file, unless ``follow_links``: then the file it points
+    to is replaced and the link stays."""
+    if follow_links and path.is_symlink():
+        path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
     try:
-        yield Path(tmp)
-        if keep_if_same and _same_file_bytes(path, Path(tmp)):
+        old = os.lstat(path)
+    except FileNotFoundError:
+        old = None
+    keep_mode = stat.S_IMODE(old.st_mode) if old is not None and stat.S_ISREG(old.st_mode) else None
+    tmp = _create_temporary(path, 0o600 if keep_mode is not None else 0o666)  # 0o666: the kernel applies the umask
+    try:
+        yield tmp
+        if keep_if_same and _same_file_bytes(path, tmp):
             os.unlink(tmp)
             return
+        if keep_mode is not None:
+            os.chmod(tmp, keep_mode)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _create_temporary(path: Path, mode: int) -> Path:
+    """A new empty file ``.<name>.<random>.tmp`` beside ``path``, created with ``mode`` (less the umask)."""
+    for _ in range(100):
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode))
+        except FileExistsError:
+            continue
+        return tmp
+    raise FileExistsError(f"{path.parent}: no free temporary name for {path.name}")
 
 
 def _same_file_bytes(a: Path, b: Path) -> bool:
@@ -50,8 +76,9 @@ def _same_file_bytes(a: Path, b: Path) -> bool:
         return False
 
 
-def write_atomic(path: Path, text: str) -> None:
-    with atomic_target(path) as tmp:
+def write_atomic(path: Path, text: str, *, follow_links: bool = False) -> None:
+    """Write ``text`` to ``path`` through :func:`atomic_target`."""
+    with atomic_target(path, follow_links=follow_links) as tmp:
         tmp.write_text(text, encoding="utf-8", newline="")
 
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import io
+import os
 import re
+import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 import nbformat
@@ -122,6 +125,18 @@ def test_filled_in_scaffold_is_valid(course: Path) -> None:
         (["new", "ok", "--functions", "f,g-h"], "--functions: 'g-h' is not a Python function name"),
         (["new", "ok", "--functions", "f,f"], "--functions: f given more than once"),
         (["new", "ok", "--functions", "jnp"], "--functions: 'jnp' would hide the starter notebook's `jnp` import"),
+        (["new", "ok", "--functions", "f,\u00f1"], "--functions: '\u00f1' is not a Python function name"),
+        (["new", "ok", "--functions", "\ufb01t"], "--functions: '\ufb01t' is not a Python function name"),  # NFKC: fit
+        (
+            ["new", "ok", "--functions", "jc"],
+            "--functions: 'jc' would hide the self-check `jc` that the released notebook's first cell defines",
+        ),
+        (
+            ["new", "jc"],
+            "the default function name (the assignment's): 'jc' would hide the self-check `jc` that the released "
+            "notebook's first cell defines",
+        ),
+        (["new", "np"], "the default function name (the assignment's): 'np' would hide the starter notebook's `np`"),
     ],
 )
 def test_new_refuses_bad_requests_and_writes_nothing(course: Path, argv: list[str], message: str) -> None:
@@ -132,6 +147,35 @@ def test_new_refuses_bad_requests_and_writes_nothing(course: Path, argv: list[st
     assert "\nTIP: " in err
     assert (course / "grading.yaml").read_text() == before
     assert not (course / "assignments" / "ok").exists() and not (course / "reference" / "ok").exists()
+    assert sorted(p.name for p in (course / "assignments").iterdir()) == ["double"]
+
+
+@pytest.fixture
+def umask() -> Iterator[int]:
+    old = os.umask(0o002)
+    try:
+        yield 0o002
+    finally:
+        os.umask(old)
+
+
+def test_new_keeps_grading_yaml_mode_and_gives_new_files_the_umask_mode(course: Path, umask: int) -> None:
+    (course / "grading.yaml").chmod(0o644)
+    paths = [course / line.split()[0] for line in run(course, "new", "softmax")[1].splitlines()[1:8]]
+    assert stat.S_IMODE((course / "grading.yaml").stat().st_mode) == 0o644
+    assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in paths if p.name != "grading.yaml"} == {
+        p.name: 0o664 for p in paths if p.name != "grading.yaml"
+    }
+
+
+def test_new_writes_through_a_linked_grading_yaml(course: Path) -> None:
+    (course / "shared").mkdir()
+    (course / "grading.yaml").rename(course / "shared" / "grading.yaml")
+    (course / "grading.yaml").symlink_to(Path("shared") / "grading.yaml")
+    assert run(course, "new", "softmax")[0] == 0
+    assert (course / "grading.yaml").is_symlink()
+    assert "softmax:" in (course / "shared" / "grading.yaml").read_text()
+    assert load_course(course).assignment("softmax").functions == ("softmax",)
 
 
 def test_new_refuses_a_leftover_directory(course: Path) -> None:

@@ -252,6 +252,24 @@ def test_comment_carries_the_feedback_summary(course: Path, server: FakeCanvas, 
     assert set(form) == {f"grade_data[{u}][{k}]" for u in ("5", "9") for k in ("posted_grade", "text_comment")}
 
 
+def test_comment_never_carries_hidden_parameter_ids(course: Path, server: FakeCanvas, sleeps) -> None:
+    from grader.grading.record import TestResult
+
+    rec = _record("5", 1.0, {"lms": "canvas", "id": "5", "name": "Carol"})
+    rec.graded_at = "2026-11-03T10:00:00+00:00"  # the newer record of student 5
+    rec.tests = [
+        TestResult("test_public", "numerics", 1.0, 1.0, "passed"),
+        TestResult("test_fit[lr=0.37-steps=12]", "numerics", 0.0, 3.0, "failed", visibility="hidden"),
+    ]
+    with Gradebook(course.parent / "graded" / "gradebook.db") as gb:
+        gb.put(rec)
+    assert post(course, "--comment")[0] == 0
+    form = next(form for m, _, form in server.requests if m == "POST")
+    (comment,) = form["grade_data[5][text_comment]"]
+    assert "lr=0.37" not in comment and "steps=12" not in comment
+    assert comment.endswith("Failed 1 of 2 tests: test_fit[case 1].")
+
+
 def test_throttling_is_retried_with_backoff_and_retry_after(course: Path, server: FakeCanvas, sleeps) -> None:
     server.queue = [(403, {}, THROTTLED), (429, {"Retry-After": "3"}, "Too Many Requests"), (403, {}, THROTTLED)]
     code, out, _ = post(course)
@@ -306,6 +324,30 @@ def test_refusals_name_what_to_check(course: Path, server, sleeps, monkeypatch, 
     assert err.splitlines()[1].startswith("TIP: ")
 
 
+@pytest.mark.parametrize("bad", ["555/../../../users/self", "555?as_user_id=1", "\uff15\uff15\uff15", " 555", "12a"])
+@pytest.mark.parametrize("argv", [[], ["--dry-run"]])
+def test_a_canvas_id_that_is_not_digits_is_refused_before_any_request(
+    course: Path, server: FakeCanvas, bad: str, argv: list[str]
+) -> None:
+    text = (course / "grading.yaml").read_text().replace('canvas_id: "555"', f"canvas_id: {json.dumps(bad)}")
+    (course / "grading.yaml").write_text(text)
+    code, out, err = post(course, *argv)
+    assert code == 2 and server.requests == [] and out == ""
+    assert err.splitlines() == [
+        f"jaxgrade: error: assignment 'double': canvas_id {bad!r} is not a Canvas assignment id",
+        "TIP: Set canvas_id under assignments.double in grading.yaml to the number in the Canvas assignment's "
+        'address (.../assignments/<id>), e.g. canvas_id: "555".',
+    ]
+
+
+def test_the_client_refuses_ids_that_are_not_digits() -> None:
+    client = canvas.CanvasClient("http://127.0.0.1:9", TOKEN)
+    with pytest.raises(canvas.CanvasError, match=r"assignment id '5/x' is not a number"):
+        client.current_grades("7", "5/x")
+    with pytest.raises(canvas.CanvasError, match="course id '\uff17' is not a number"):
+        client.update_grades("\uff17", "555", ())
+
+
 def test_missing_token_or_settings_are_usage_errors(course: Path, server: FakeCanvas, monkeypatch) -> None:
     monkeypatch.delenv("CANVAS_TOKEN")
     code, _, err = post(course)
@@ -355,6 +397,7 @@ def test_a_redirect_is_not_followed_with_the_token(server: FakeCanvas) -> None:
             "grading.yaml: canvas.base_url: expected the address of the Canvas site alone",
         ),
         ('{base_url: "https://canvas.example.edu", course_id: "CS-101"}', "grading.yaml: canvas.course_id: expected"),
+        ('{base_url: "https://canvas.example.edu", course_id: "\uff17"}', "grading.yaml: canvas.course_id: expected"),
         (
             '{base_url: "https://canvas.example.edu", course_id: 7, token: "abc"}',
             "grading.yaml: canvas: a token never goes in grading.yaml",

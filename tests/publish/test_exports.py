@@ -202,6 +202,45 @@ def test_summary_of_an_ungraded_record():
     assert summary(rec) == "Score 0/0. Status: error (x.ipynb: not a notebook)."
 
 
+def _parametrized_record() -> Record:
+    """A hidden parametrized test whose ids carry its inputs, failing next to a public one."""
+    return _record(
+        "41",
+        [
+            TestResult("test_public[x=1]", "numerics", 0.0, 1.0, "failed"),
+            TestResult("test_fit[lr=0.37-steps=12]", "numerics", 0.0, 1.0, "failed", visibility="hidden"),
+            TestResult("test_fit[lr=0.5-steps=3]", "numerics", 1.0, 1.0, "passed", visibility="hidden"),
+            TestResult("test_fit[lr=2.0-steps=9]", "numerics", 0.0, 1.0, "failed", visibility="after_published"),
+            TestResult("test_shape", "numerics", 0.0, 1.0, "failed", visibility="hidden"),
+        ],
+        identity={"lms": "moodle", "id": "41"},
+    )
+
+
+def test_summary_names_hidden_tests_as_the_feedback_page_does():
+    text = summary(_parametrized_record())
+    assert "lr=" not in text and "steps=" not in text
+    assert text.endswith("Failed 4 of 5 tests: test_public[x=1], test_fit[case 1], test_fit[case 3], test_shape.")
+
+
+def test_moodle_feedback_never_carries_hidden_parameter_ids():
+    comment = _rows(moodle_csv([_parametrized_record()], META))[1][6]
+    assert "lr=0.37" not in comment and "steps=" not in comment
+    assert "test_fit[case 1]" in comment
+
+
+def test_gradescope_test_names_never_carry_hidden_parameter_ids():
+    res = gradescope_results(_parametrized_record())
+    assert [t["name"] for t in res["tests"]] == [
+        "test_public[x=1]",
+        "test_fit[case 1]",
+        "test_fit[case 2]",
+        "test_fit[case 3]",
+        "test_shape",
+    ]
+    assert "lr=" not in json.dumps(res)
+
+
 def test_moodle_without_participant_numbers_is_an_error():
     recs = [*_moodle_records(), _record("alice", _tests(1, 0), identity={"lms": "file", "id": "alice"})]
     with pytest.raises(ExportError, match=r"alice.*Participant <number>"):
