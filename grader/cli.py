@@ -169,7 +169,8 @@ def cmd_grade(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     out_dir = Path(args.out)
     if out_dir.exists() and not out_dir.is_dir():
         raise CliError(f"{out_dir}: not a directory", "Pass a directory for --out (it is created if needed).")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    # the folder holds students' notebooks, names and grades: made private (the TA may open it up)
+    out_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
         intake = collect([Path(s) for s in args.submissions], out_dir / "submissions")
     except IntakeError as exc:

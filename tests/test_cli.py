@@ -149,6 +149,7 @@ def test_grade_folder_with_a_broken_file(tmp_path: Path) -> None:
     out_dir = tmp_path / "out"
     code, _, err = run("grade", "--assignment", "vmap_convolve", "--out", str(out_dir), "--jobs", "1", str(subs))
     assert code == 0, err
+    assert out_dir.stat().st_mode & 0o777 == 0o700  # students' notebooks, names and grades: private
     alice = json.loads((out_dir / "results" / "alice.json").read_text())
     bob = json.loads((out_dir / "results" / "bob.json").read_text())
     assert alice["status"] == "graded" and alice["score"] == alice["max_score"] == 40
