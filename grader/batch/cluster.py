@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import hashlib
 import json
 import logging
@@ -43,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import traceback
 import uuid
 from collections.abc import Callable
@@ -198,28 +200,46 @@ def _private_dir() -> Path:
     return base
 
 
+LOCK = ".jaxgrade-lock"  # in each unpacked course: held (flock) by the worker process that uses it
+_HELD: list[int] = []  # the descriptors of this process's locks, open until it exits
+_FRESH = 60.0  # seconds: a course folder younger than this may not have its lock yet
+
+
+def _hold(root: Path) -> None:
+    """Lock ``root`` for as long as this process lives (the kernel drops the lock when it dies,
+    however it dies, and a lock is seen across PID namespaces, unlike a pid)."""
+    fd = os.open(root / LOCK, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    _HELD.append(fd)
+
+
 def _sweep(base: Path) -> None:
-    """Remove the courses of worker processes that are gone (a SIGKILL skips their atexit)."""
-    for old in base.glob("course-*-*"):
-        pid = old.name.split("-")[1]
-        if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(old, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    """Remove the courses of worker processes that are gone (a SIGKILL skips their atexit): a
+    course whose lock no process holds, or an old one that never got a lock."""
+    for old in base.glob("course-*"):
+        try:
+            fd = os.open(old / LOCK, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            with contextlib.suppress(OSError):
+                if time.time() - old.lstat().st_mtime > _FRESH:
+                    shutil.rmtree(old, ignore_errors=True)
+            continue
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue  # its worker process is alive, in this PID namespace or another
+        finally:
+            os.close(fd)
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _unpack(bundle: CourseBundle) -> Path:
     base = _private_dir()
     _sweep(base)
-    root = Path(tempfile.mkdtemp(prefix=f"course-{os.getpid()}-", dir=base))
+    root = Path(tempfile.mkdtemp(prefix="course-", dir=base))
+    _hold(root)
     atexit.register(shutil.rmtree, root, True)
     for rel, data in bundle.files.items():
         parts = PurePosixPath(rel).parts

@@ -27,6 +27,7 @@ from grader.batch.cluster import (
     ClusterError,
     CourseBundle,
     CourseMismatch,
+    _hold,
     _in_child,
     _received,
     _sweep,
@@ -209,11 +210,21 @@ def test_a_bundle_path_outside_the_course_is_refused(tmp_path: Path) -> None:
 
 
 def test_courses_of_dead_worker_processes_are_swept(tmp_path: Path) -> None:
-    dead, mine = tmp_path / f"course-{2**22 + 1}-abc", tmp_path / f"course-{os.getpid()}-def"  # no pid is above 2**22
-    for folder in (dead, mine):
+    """A course is swept when no process holds its lock (its worker died, even by SIGKILL, even
+    in another PID namespace), or when it is old and never got one; never while it is held."""
+    import subprocess
+    import sys
+
+    dead, mine, fresh, stale = (tmp_path / f"course-{n}" for n in ("dead", "mine", "fresh", "stale"))
+    for folder in (dead, mine, fresh, stale):
         (folder / "reference").mkdir(parents=True)
+    code = "import sys; from pathlib import Path; from grader.batch import cluster; cluster._hold(Path(sys.argv[1]))"
+    subprocess.run([sys.executable, "-c", code, str(dead)], check=True, cwd=Path(__file__).resolve().parents[2])
+    _hold(mine)  # this process: alive
+    os.utime(stale, (time.time() - 3600, time.time() - 3600))
     _sweep(tmp_path)
-    assert not dead.exists() and mine.is_dir()
+    assert not dead.exists() and not stale.exists()
+    assert mine.is_dir() and fresh.is_dir()
 
 
 def _pretend_no_bwrap(missing: bool) -> None:
