@@ -6,13 +6,17 @@ Each assignment's class is taken from its test corpus (``tests/corpus/<name>/``)
 untouched starter).  Each class is graded with ``jaxgrade grade --jobs J`` into a fresh output
 folder and a fresh compilation cache, so the figures are a first run (warming included).
 
+The baseline, in the same run: the same notebooks executed only, by ``jupyter nbconvert
+--execute`` at the same parallelism (``--skip-nbconvert`` leaves it out; it needs the ``bench``
+extra), and the ratio of jaxgrade's seconds per notebook to it (the issue's target: at most 1).
+
 Per assignment it prints: notebooks, wall seconds, seconds per notebook, the mean seconds a
 correct notebook spends in tests (the issue's target: at most 3), the largest
 ``peak_memory_bytes`` of one submission's sandbox, and the peak resident memory of the whole
 batch (every process of ``jaxgrade grade`` and its sandboxes, sampled every 0.2 s; the target:
 under 4 GiB for 2 jobs).  It never asserts: it prints what it measured.
 
-    python bench/assignments.py --jobs 2 [--only vmap_convolve,pmap] [--wrong 3]
+    python bench/assignments.py --jobs 2 [--only vmap_convolve,pmap] [--wrong 3] [--skip-nbconvert]
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compare import executable, nbconvert_commands, run_all, warn_failures  # noqa: E402  (bench/compare.py)
+
 CORPUS = ROOT / "tests" / "corpus"
 ASSIGNMENTS = (
     "vmap_convolve",
@@ -116,26 +123,43 @@ def grade(name: str, notebooks: list[Path], jobs: int, work: Path) -> dict:
     }
 
 
+def nbconvert(name: str, notebooks: list[Path], jobs: int, jupyter: str, work: Path) -> float:
+    """Wall seconds for nbconvert to execute ``notebooks``, ``jobs`` at a time (the baseline)."""
+    out = work / f"{name}-nbconvert"
+    out.mkdir()
+    wall, done = run_all(nbconvert_commands(jupyter, notebooks, out), jobs)
+    warn_failures("nbconvert", notebooks, done)
+    return wall
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--wrong", type=int, default=3, help="wrong notebooks per class, besides every correct one")
     ap.add_argument("--only", default="", help="comma-separated assignments (default: all nine)")
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--skip-nbconvert", action="store_true", help="leave out the nbconvert baseline")
     args = ap.parse_args()
     names = [n for n in args.only.split(",") if n] or list(ASSIGNMENTS)
+    jupyter = None if args.skip_nbconvert else executable("jupyter", "nbconvert", "nbconvert", "nbconvert")
     rows = []
     with tempfile.TemporaryDirectory(prefix="jaxgrade-bench-") as tmp:
         for name in names:
-            rows.append(grade(name, pick(name, args.wrong), args.jobs, Path(tmp)))
+            notebooks = pick(name, args.wrong)
+            rows.append(grade(name, notebooks, args.jobs, Path(tmp)))
             r = rows[-1]
+            base = nbconvert(name, notebooks, args.jobs, jupyter, Path(tmp)) if jupyter else float("nan")
+            r["nbconvert_per_notebook_s"] = base / max(1, len(notebooks))
+            r["vs_nbconvert"] = r["per_notebook_s"] / r["nbconvert_per_notebook_s"]
             print(f"  {name}: {r['notebooks']} notebooks in {r['wall_s']:.1f}s", file=sys.stderr, flush=True)
     print(f"first run, {args.jobs} job(s), {os.cpu_count()} CPU(s); targets: tests <= 3 s, batch < 4 GiB")
-    head = f"{'assignment':20} {'nbs':>4} {'wall s':>7} {'s/nb':>6} {'tests s (correct)':>18} {'max':>6}"
+    head = f"{'assignment':20} {'nbs':>4} {'wall s':>7} {'s/nb':>6} {'nbconvert s/nb':>15} {'ratio':>6}"
+    head += f" {'tests s (correct)':>18} {'max':>6}"
     print(head + f" {'sandbox peak':>13} {'batch peak':>11} {'full marks':>11}")
     for r in rows:
         print(
             f"{r['assignment']:20} {r['notebooks']:4d} {r['wall_s']:7.1f} {r['per_notebook_s']:6.1f} "
+            f"{r['nbconvert_per_notebook_s']:15.2f} {r['vs_nbconvert']:5.1f}x "
             f"{r['correct_tests_s']:18.1f} {r['correct_tests_max_s']:6.1f} "
             f"{r['sandbox_peak_bytes'] / GiB:10.2f} GiB {r['batch_peak_bytes'] / GiB:7.2f} GiB "
             f"{r['full_marks']:>5}/{r['correct']}"
