@@ -29,23 +29,11 @@ from pathlib import Path
 
 import distributed
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compare import make_class
+
 ROOT = Path(__file__).resolve().parents[1]
-CLASS = ROOT / "examples" / "class"
 ASSIGNMENT = "vmap_convolve"
-
-
-def make_class(dest: Path, copies: int) -> list[Path]:
-    """``copies`` distinct copies (different bytes, so different sha256) of the sample class."""
-    dest.mkdir(parents=True)
-    out = []
-    for i in range(copies):
-        for nb in sorted(CLASS.glob("*.ipynb")):
-            data = json.loads(nb.read_text())
-            data.setdefault("metadata", {})["bench_copy"] = i
-            target = dest / f"{nb.stem}{i:03d}.ipynb"
-            target.write_text(json.dumps(data))
-            out.append(target)
-    return out
 
 
 def grade(folder: Path, out: Path, cache: Path, *extra: str) -> float:

@@ -64,6 +64,14 @@ def load_reference(assignment: Assignment) -> Any:
     return _REFERENCES[key]
 
 
+def _pytest_args(assignment: Assignment, paths: list[Path]) -> list[str]:
+    """pytest's command line for the course's test folders: no config file, cache, terminal or stepwise."""
+    files = [str(p) for p in paths if p.exists()]
+    return [*files, "-c", os.devnull, "--rootdir", str(assignment.course.root), "--import-mode=importlib"] + [
+        arg for plugin in ("cacheprovider", "terminal", "stepwise") for arg in ("-p", f"no:{plugin}")
+    ]
+
+
 def run_tests(
     assignment: Assignment,
     submission: Any,
@@ -88,20 +96,7 @@ def run_tests(
         tolerance=checks.Tolerance(assignment.config.tolerance.rtol, assignment.config.tolerance.atol),
         hidden_salt=0 if public_only else assignment.hidden_salt(),
     )
-    args = [
-        *(str(p) for p in paths if p.exists()),
-        "-c",
-        os.devnull,
-        "--rootdir",
-        str(assignment.course.root),
-        "--import-mode=importlib",
-        "-p",
-        "no:cacheprovider",
-        "-p",
-        "no:terminal",
-        "-p",
-        "no:stepwise",
-    ]
+    args = _pytest_args(assignment, paths)
     with _fresh_test_modules(paths):
         code = pytest.main(args, plugins=[plugin, *plugins])
     errors = list(plugin.errors)
@@ -492,22 +487,7 @@ def collect_points(assignment: Assignment, *, hidden: bool = True) -> dict[str, 
     plugin = GradingPlugin(submission=None, reference=None, seed=0, visibility_of={})
     paths = [assignment.public_tests] + ([assignment.hidden_tests] if hidden else [])
     with _fresh_test_modules(paths):
-        pytest.main(
-            [
-                *(str(p) for p in paths if p.exists()),
-                "--collect-only",
-                "-c",
-                os.devnull,
-                "--rootdir",
-                str(assignment.course.root),
-                "--import-mode=importlib",
-                "-p",
-                "no:cacheprovider",
-                "-p",
-                "no:terminal",
-            ],
-            plugins=[plugin],
-        )
+        pytest.main([*_pytest_args(assignment, paths), "--collect-only"], plugins=[plugin])
     if plugin.errors:
         raise ConfigError("; ".join(plugin.errors))
     points: dict[str, float] = {}
