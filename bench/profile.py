@@ -14,7 +14,9 @@ the way a trusted pool worker does, and prints for each run:
 
 Runs, in order: a cold trusted process without the compilation cache; the same process again
 (references and pytest warm, as in a batch after its first notebook); then with the trusted
-compilation cache (warmed first if needed).  Figures only, never asserted.
+compilation cache (warmed first if needed); then twice with the evaluator's answers kept
+(grader/host/eval_cache.py), as for two students whose notebooks export the same modules.
+Figures only, never asserted.
 
     python bench/profile.py [--assignment vmap_convolve] [NOTEBOOK]
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -34,6 +37,7 @@ from grader import xla_cache  # noqa: E402
 from grader.course.config import load_course  # noqa: E402
 from grader.grading.grade import grade_notebook, trusted_cache_dir, warm_cache  # noqa: E402
 from grader.host import session as session_mod  # noqa: E402
+from grader.host.eval_cache import EvalCache  # noqa: E402
 
 SPENT: dict[str, float] = defaultdict(float)
 COUNT: dict[str, int] = defaultdict(int)
@@ -54,11 +58,13 @@ def _timed(method_name: str, kind: str | None) -> None:
     setattr(session_mod.Session, method_name, wrapper)
 
 
-def run(label: str, assignment, notebook: Path, cache) -> None:  # type: ignore[no-untyped-def]
+def run(label: str, assignment, notebook: Path, cache, answers=None) -> None:  # type: ignore[no-untyped-def]
     SPENT.clear()
     COUNT.clear()
+    if answers is not None:
+        answers.hits = answers.misses = 0
     t0 = time.perf_counter()
-    rec = grade_notebook(assignment, notebook, xla_cache=cache)
+    rec = grade_notebook(assignment, notebook, xla_cache=cache, eval_cache=answers)
     wall = time.perf_counter() - t0
     t = rec.timings
     waited = sum(SPENT.values())
@@ -89,6 +95,11 @@ def main() -> None:
         n = warm_cache(assignment, "auto", final)
         print(f"\n(warmed {final}: {n} entries in {time.perf_counter() - t0:.1f}s)")
     run("warm trusted process, trusted compilation cache", assignment, args.notebook, xla_cache.ready(final))
+    with tempfile.TemporaryDirectory() as tmp:
+        answers = EvalCache(Path(tmp) / "evals")
+        for who in ("first student", "next student who exports the same modules"):
+            run(f"+ evaluator answers kept, {who}", assignment, args.notebook, xla_cache.ready(final), answers)
+            print(f"  evaluator answers: {answers.hits} kept, {answers.misses} asked")
 
 
 if __name__ == "__main__":

@@ -60,6 +60,9 @@ def huge_notebook(path: Path) -> None:
     path.write_text(nbformat.writes(nb), encoding="utf-8")
 
 
+SEEDED_ENTRY = "ab" + "0" * 62  # an evaluator cache entry's name (a sha256)
+
+
 def tree_digest(root: Path) -> dict[str, str]:
     return {
         str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
@@ -115,6 +118,11 @@ def batch(tmp_path_factory: pytest.TempPathFactory) -> dict:
     huge_notebook(tmp / "h_huge_notebook.ipynb")
     notebooks.append(tmp / "h_huge_notebook.ipynb")
     before = tree_digest(course)
+    seeded = tmp / "mixed-cache" / "evals" / "double-seeded" / "ab" / SEEDED_ENTRY  # h_poison_eval_cache's target
+    for d in reversed(seeded.parents[:4]):
+        d.mkdir(mode=0o700)
+    seeded.write_bytes(b"an answer the trusted side kept")
+    seeded.chmod(0o600)
     run = grade(tmp, course, notebooks, "bwrap", "mixed")
     run["course_changed"] = tree_digest(course) != before
     run["alone"] = grade(tmp, course, sorted(CORPUS.glob("honest_*.ipynb")), "bwrap", "alone")
@@ -194,6 +202,21 @@ def test_the_compile_cache_holds_only_what_trusted_code_wrote(batch: dict) -> No
     for f in folder.iterdir():
         assert ENTRY.match(f.name) and "poison" not in f.name and f.name != PWNED, f
         assert f.stat().st_uid == os.getuid() and stat.S_IMODE(f.stat().st_mode) == 0o644, f
+
+
+def test_the_evaluator_cache_is_out_of_every_sandboxs_reach(batch: dict) -> None:
+    """h_poison_eval_cache looked for the evaluator's kept answers (grader/host/eval_cache.py)
+    and tried to overwrite and plant entries: the folder is never mounted in a sandbox, so the
+    entry seeded before the batch is intact and everything there is ours, private."""
+    evals = batch["cache"].parent / "evals"
+    seeded = evals / "double-seeded" / "ab" / SEEDED_ENTRY
+    assert seeded.read_bytes() == b"an answer the trusted side kept"
+    for path in evals.rglob("*"):
+        st = path.lstat()
+        assert st.st_uid == os.getuid() and "po" not in path.relative_to(evals).parts, path
+        assert stat.S_IMODE(st.st_mode) == (0o700 if path.is_dir() else 0o600), path
+        if path.is_file():
+            assert path.parent.name == path.name[:2] and len(path.name) == 64, path
 
 
 def test_result_files_stay_small(batch: dict) -> None:

@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
@@ -33,6 +34,7 @@ from grader.grading.record import CATEGORIES, Record, cap_record, total
 from grader.grading.submission import Submission
 from grader.host import xla_cache
 from grader.host.cgroups import protect_trusted
+from grader.host.eval_cache import EvalCache, beside
 from grader.host.sandbox import SandboxSetupError, choose_isolation, sandbox_env
 from grader.host.session import Session
 from grader.host.xla_cache import XlaCache
@@ -62,6 +64,18 @@ def load_reference(assignment: Assignment) -> Any:
         spec.loader.exec_module(module)
         _REFERENCES[key] = module
     return _REFERENCES[key]
+
+
+def _prepare_trusted_side(assignment: Assignment) -> None:
+    """Import what the tests will need (JAX, the reference solution): a head start only, so
+    a failure here is left for the tests' own import to report."""
+    try:
+        import jax.numpy  # noqa: F401
+
+        if assignment.solution.is_file():
+            load_reference(assignment)
+    except Exception:
+        log.debug("preparing the trusted side failed; the tests will say why", exc_info=True)
 
 
 def _pytest_args(assignment: Assignment, paths: list[Path]) -> list[str]:
@@ -127,9 +141,11 @@ def grade_notebook(
     student: str | None = None,
     isolation: str = "auto",
     xla_cache: XlaCache | None = None,
+    eval_cache: EvalCache | None = None,
 ) -> Record:
     """Grade one notebook; never raises for anything the student did.  ``xla_cache`` is the
-    trusted compilation cache its sandboxes read (see :func:`warm_cache`)."""
+    trusted compilation cache its sandboxes read (see :func:`warm_cache`); ``eval_cache`` keeps
+    the evaluator's answers for every submission (grader/host/eval_cache.py; bubblewrap only)."""
     path = Path(path)
     _check_trusted_devices(assignment)
     t0 = time.monotonic()
@@ -163,10 +179,16 @@ def grade_notebook(
         env=_env_for(assignment),
         protect=(assignment.course.root / "reference", assignment.reference_dir, path.parent),
         xla_cache=xla_cache,
+        eval_cache=eval_cache if iso == "bwrap" else None,  # elsewhere the kernel could reach the evaluator
     )
+    # the trusted side imports JAX and the reference while the sandbox starts and runs the
+    # notebook (it waits on a pipe then): off the critical path of `jaxgrade check`
+    prepare = threading.Thread(target=_prepare_trusted_side, args=(assignment,), name="jaxgrade-prepare", daemon=True)
     try:
         session.start()
+        prepare.start()
         report = session.execute()
+        prepare.join()
         rec.timings["startup"] = round(report.startup, 3)
         rec.timings["execute"] = round(report.duration, 3)
         rec.cells = [c.as_dict() for c in report.problems()]
@@ -267,6 +289,7 @@ def _grade_in_worker(
         isolation=isolation,
         public_only=public_only,
         xla_cache=xla_cache.ready(Path(cache)) if cache else None,  # once the warming task published it
+        eval_cache=EvalCache(beside(Path(cache))) if cache else None,  # from the first notebook on
     )
     return rec.to_dict()
 
@@ -330,7 +353,12 @@ def warm_cache(assignment: Assignment, isolation: str, final: Path) -> int:
         nb_path = staged.parent / "reference.ipynb"
         nbformat.write(notebook_from_script(assignment.solution.read_text(encoding="utf-8"), assignment.name), nb_path)
         rec = grade_notebook(
-            assignment, nb_path, student="reference", isolation=isolation, xla_cache=XlaCache(staged, writable=True)
+            assignment,
+            nb_path,
+            student="reference",
+            isolation=isolation,
+            xla_cache=XlaCache(staged, writable=True),
+            eval_cache=EvalCache(beside(final)),  # the reference's modules: students who write the same get them
         )
         if rec.status != "graded" or rec.score < rec.max_score:
             log.warning(
@@ -362,7 +390,8 @@ def grade_many(
     """Grade several notebooks, ``jobs`` at a time, each in a fresh trusted worker process pool.
 
     With ``cache`` (and bubblewrap), the sandboxes read the assignment's trusted compilation
-    cache, which is warmed first by grading the reference once if it is not there yet."""
+    cache, which is warmed first by grading the reference once if it is not there yet, and the
+    evaluator's answers are kept for the submissions (and batches) that export the same modules."""
     protect_trusted()
     students = students or {}
     out: dict[Path, Record] = {}
@@ -374,10 +403,17 @@ def grade_many(
         if warm and final is not None and len(paths) >= WARM_MIN:
             warm_cache(assignment, iso, final)
         ready = xla_cache.ready(final) if final is not None else None
+        answers = EvalCache(beside(final)) if final is not None else None
         for p in paths:
             try:
                 rec = grade_notebook(
-                    assignment, p, student=students.get(p), isolation=iso, public_only=public_only, xla_cache=ready
+                    assignment,
+                    p,
+                    student=students.get(p),
+                    isolation=iso,
+                    public_only=public_only,
+                    xla_cache=ready,
+                    eval_cache=answers,
                 )
             except SandboxSetupError:
                 raise  # this machine cannot sandbox anyone: the batch stops with the staff's message

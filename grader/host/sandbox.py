@@ -262,6 +262,11 @@ def sandbox_env(isolation: Isolation, scratch: str, extra: dict[str, str] | None
         "OMP_NUM_THREADS": "1",
         "OPENBLAS_NUM_THREADS": "1",
         "TF_CPP_MIN_LOG_LEVEL": "2",
+        # exported modules carry JAX's name stack (``jit(f)/vmap(g)/dot_general``), not the
+        # notebook's file and line numbers: two students who wrote the same function in another
+        # cell export the same bytes, and the evaluator cache answers the second
+        # (grader/host/eval_cache.py)
+        "JAX_TRACEBACK_IN_LOCATIONS_LIMIT": "0",
         "TMPDIR": f"{home}/.jaxgrade/tmp",
     }
     if extra:

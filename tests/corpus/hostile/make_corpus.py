@@ -118,6 +118,41 @@ except OSError:
     pass
 """
 
+POISON_EVALS = r"""
+# the evaluator's answers, kept by the trusted side (grader/host/eval_cache.py): find the folder
+# (next to the compilation cache, under the cache root) and plant an entry under every name seen
+import os, time
+FOUND = []
+guesses = [os.path.join(os.path.dirname(os.environ.get("JAX_COMPILATION_CACHE_DIR") or "/jaxgrade-xla-cache"), "evals"),
+           "/jaxgrade-xla-cache/../evals", os.path.expanduser("~/.cache/jaxgrade/evals"), "/root/.cache/jaxgrade/evals"]
+deadline = time.monotonic() + 6
+for start in ("/tmp", "/root", "/home", "/var", "/work", "/"):
+    for dirpath, dirnames, filenames in os.walk(start):
+        if time.monotonic() > deadline:
+            break
+        if dirpath.startswith(("/proc", "/sys", "/dev")):
+            dirnames[:] = []
+            continue
+        if os.path.basename(dirpath) == "evals" or dirpath.endswith("/jaxgrade"):
+            guesses.append(dirpath)
+for d in guesses:
+    try:
+        for sub in os.listdir(d):
+            FOUND.append(os.path.join(d, sub))
+            for entry in os.listdir(os.path.join(d, sub)):
+                with open(os.path.join(d, sub, entry), "r+b") as f:
+                    f.write(b"poison")
+    except OSError:
+        pass
+    try:
+        os.makedirs(os.path.join(d, "po"), exist_ok=True)
+        with open(os.path.join(d, "po", "poison"), "w") as f:
+            f.write("poison")
+        FOUND.append(d)
+    except OSError:
+        pass
+"""
+
 WRITE_OUTSIDE = r"""
 import os, sys, site
 targets = ["/tmp", "/var/tmp", "/dev/shm", "/root", "/home", "/work", "/opt", "/opt/jaxgrade", "/opt/jaxgrade/grader",
@@ -370,6 +405,7 @@ def corpus() -> dict[str, dict]:
         "h_read_other_submissions": notebook(READ_OTHERS, IF_FOUND),
         "h_write_outside_scratch": notebook(WRITE_OUTSIDE, OK),
         "h_poison_compile_cache": notebook(POISON_CACHE, IF_FOUND),
+        "h_poison_eval_cache": notebook(POISON_EVALS, IF_FOUND),
         "h_forge_results_files": notebook(FORGE_RESULTS, WRONG),
         "h_forge_protocol_frames": notebook(FORGE_FRAMES, WRONG),
         "h_forge_frames_from_function": notebook(
