@@ -48,22 +48,27 @@ log = logging.getLogger(__name__)
 # Trusted code imported once per process, keyed by the assignment version too (which digests the
 # reference's bytes): a process that outlives an edit of the solution never grades with the old one.
 _REFERENCES: dict[tuple[Path, str], Any] = {}
+_REFERENCES_LOCK = threading.Lock()
 
 
 def load_reference(assignment: Assignment) -> Any:
     """Import the reference solution (trusted code) once per process and assignment version."""
     path = assignment.solution.resolve()
     key = (path, assignment.version())
-    if key not in _REFERENCES:
-        name = f"jaxgrade_reference_{assignment.name}"
-        spec = importlib.util.spec_from_file_location(name, path)
-        if spec is None or spec.loader is None:
-            raise ImportError(f"cannot import the reference solution {path}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-        _REFERENCES[key] = module
-    return _REFERENCES[key]
+    with _REFERENCES_LOCK:  # the grading thread and the one that prepares it (_prepare_trusted_side)
+        return _REFERENCES.get(key) or _import_reference(assignment, path, key)
+
+
+def _import_reference(assignment: Assignment, path: Path, key: tuple[Path, str]) -> Any:
+    name = f"jaxgrade_reference_{assignment.name}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import the reference solution {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    _REFERENCES[key] = module
+    return module
 
 
 def _prepare_trusted_side(assignment: Assignment) -> None:
@@ -187,8 +192,10 @@ def grade_notebook(
     try:
         session.start()
         prepare.start()
-        report = session.execute()
-        prepare.join()
+        try:
+            report = session.execute()
+        finally:
+            prepare.join()
         rec.timings["startup"] = round(report.startup, 3)
         rec.timings["execute"] = round(report.duration, 3)
         rec.cells = [c.as_dict() for c in report.problems()]
@@ -202,6 +209,8 @@ def grade_notebook(
         rec.missing = _missing(sub, assignment.functions)
         t1 = time.monotonic()
         results, errors = run_tests(assignment, sub, public_only=public_only)
+        if session.failure is not None:  # the grader's side failed during the tests: no score
+            raise session.failure
         rec.timings["tests"] = round(time.monotonic() - t1, 3)
         rec.tests = results
         if errors:

@@ -16,8 +16,17 @@ class two of three correct notebooks export the same 25 modules.
   reply it received from an evaluator sandbox; the folder is never mounted in a sandbox.  The
   kernel cannot forge the evaluator's reply: the evaluator is another sandbox (its own PID
   namespace and, as root, its own uid).  So this cache is used only with bubblewrap.
-- **Only successful answers are kept** (``Evaluated``).  A module that raised, timed out or
-  killed its evaluator is asked again: those can depend on the machine's load or memory.
+- **Keyed by the evaluator's code too**: the folder's name also digests ``grader/sandboxed/``
+  and ``grader/wire/`` (:func:`code_digest`), so a fixed analysis is never answered from before.
+- **Only plain answers are kept, from an evaluator that only ran plain modules**
+  (:func:`eval_plain`): a successful run whose analysis did not fail and whose custom calls are
+  only JAX's shape assertions and sharding markers.  One evaluator answers every request of a
+  submission, so a module that could leave state behind (a custom call into native code, an
+  analysis that ran out of memory, an error) must not decide what a classmate's identical
+  module is answered: after one, nothing that evaluator answers is kept.  A module that raised,
+  timed out or killed its evaluator is asked again next time.
+- **Folders must be ours**: an existing folder that another user owns, or that others can
+  write, turns the cache off (a shared ``JAXGRADE_CACHE_DIR`` must not take planted answers).
 - **An entry is read back through the same checks as a live reply** (the frame's size, the
   typed message, the values' decoding), and one that fails them is a miss.
 """
@@ -25,22 +34,50 @@ class two of three correct notebooks export the same 25 modules.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
+import logging
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
 
+log = logging.getLogger(__name__)
+
 MAX_ENTRY_BYTES = 16 << 20  # a larger answer is not kept (it is cheap to recompute next to its size)
-MAX_CACHE_BYTES = 1 << 30  # per assignment version; past it, nothing more is written
+MAX_CACHE_BYTES = 1 << 30  # per assignment version, as each grading process counts it; past it, nothing more is written
 _LEN = 8  # bytes of the header's length at the start of an entry
 
 
+#: Custom-call targets JAX itself puts in the modules of plain array code (shape polymorphism's
+#: assertions, sharding annotations); any other is native code that a kept answer must not follow.
+PLAIN_CUSTOM_CALLS = frozenset({"shape_assertion", "Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape"})
+
+
+def eval_plain(reply: Any) -> bool:
+    """Whether an evaluator's ``Evaluated`` reply came from a plain module (see the module doc)."""
+    analysis = reply.analysis if isinstance(reply.analysis, dict) else {}
+    calls = reply.custom_calls
+    return "analysis_error" not in analysis and calls is not None and set(calls) <= PLAIN_CUSTOM_CALLS
+
+
+@functools.lru_cache(maxsize=1)
+def code_digest() -> str:
+    """A digest of the code that produces and decodes an answer (``grader/sandboxed/``, ``grader/wire/``)."""
+    package = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for folder in ("sandboxed", "wire"):
+        for path in sorted((package / folder).glob("*.py")):
+            h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:12]
+
+
 def beside(xla_cache_folder: Path) -> Path:
-    """The evaluator cache that goes with a trusted compilation cache folder
-    (``<root>/xla/<name>-<key>`` gives ``<root>/evals/<name>-<key>``): the same key."""
-    return xla_cache_folder.parent.parent / "evals" / xla_cache_folder.name
+    """The evaluator cache that goes with a trusted compilation cache folder: the same key, plus
+    the evaluator's code (``<root>/xla/<name>-<key>`` gives ``<root>/evals/<name>-<key>-<code>``)."""
+    return xla_cache_folder.parent.parent / "evals" / f"{xla_cache_folder.name}-{code_digest()}"
 
 
 class EvalCache:
@@ -51,6 +88,26 @@ class EvalCache:
         self.hits = 0
         self.misses = 0
         self._bytes: int | None = None  # what the folder holds, counted once per process
+        self._usable: bool | None = None  # the folders are ours (checked once)
+
+    def usable(self) -> bool:
+        """Whether the folder and its parent are ours and private (or not there yet)."""
+        if self._usable is None:
+            self._usable = True
+            for d in (self.path.parent, self.path):
+                try:
+                    st = d.lstat()
+                except FileNotFoundError:
+                    continue
+                except OSError:
+                    st = None
+                if st is None or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+                    log.warning(
+                        "not using the evaluator cache %s: %s is not a private folder of this user", self.path, d
+                    )
+                    self._usable = False
+                    break
+        return self._usable
 
     @staticmethod
     def key(request: dict[str, Any], fragment: dict[str, Any], payload: bytes) -> str:
@@ -67,6 +124,9 @@ class EvalCache:
 
     def get(self, key: str) -> tuple[dict[str, Any], bytes] | None:
         """The stored reply (header without its id, payload), or None."""
+        if not self.usable():
+            self.misses += 1
+            return None
         try:
             fd = os.open(self._file(key), os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
         except OSError:
@@ -85,12 +145,18 @@ class EvalCache:
         self.hits += 1
         return header, data[_LEN + n :]
 
+    def damaged(self, key: str) -> None:
+        """The entry read back failed a reply's checks: count it as a miss and let it be rewritten."""
+        self.hits, self.misses = self.hits - 1, self.misses + 1
+        with contextlib.suppress(OSError):
+            os.unlink(self._file(key))
+
     def put(self, key: str, header: dict[str, Any], payload: bytes) -> bool:
         """Store a reply (its id left out); False when it is too large or the cache is full.
         Never raises for the disk: the cache only saves time."""
         head = json.dumps({k: v for k, v in header.items() if k != "id"}, separators=(",", ":")).encode()
         data = len(head).to_bytes(_LEN, "big") + head + payload
-        if len(data) > MAX_ENTRY_BYTES:
+        if len(data) > MAX_ENTRY_BYTES or not self.usable():
             return False
         try:
             if self._bytes is None:

@@ -30,7 +30,7 @@ from grader.errors import (  # noqa: F401 - re-exported: course test files impor
     first_line,
     showing_student_text,
 )
-from grader.host.eval_cache import EvalCache
+from grader.host.eval_cache import EvalCache, eval_plain
 from grader.host.sandbox import Isolation, Limits, SandboxProcess, make_scratch, remove_scratch
 from grader.host.xla_cache import XlaCache
 from grader.wire import messages, protocol
@@ -131,6 +131,11 @@ def _cell_from(report: messages.CellReport) -> CellRecord:
     )
 
 
+class EvaluatorUnavailable(RuntimeError):
+    """The evaluator sandbox could not be started: the grader's problem, never a test's verdict
+    (:attr:`Session.failure` keeps the cause for the grading process to raise)."""
+
+
 class Session:
     """One submission's sandbox: execute the notebook, then answer the tests' requests."""
 
@@ -170,6 +175,10 @@ class Session:
         self._student_text: list[str] = []  # text the sandbox chose, since take_student_text()
         self._cell_lines: list[list[str]] | None = None
         self._last_reply: tuple[dict[str, Any], bytes] | None = None
+        self._evaluator_plain = True
+        #: what went wrong on the grader's side (the evaluator could not start): the grading
+        #: process raises it after the tests, so the record is never a score (grader_error)
+        self.failure: BaseException | None = None
         self._spawned: list[SandboxProcess] = []  # every sandbox of this submission, for its CPU time
 
     # ------------------------------------------------------------------ lifecycle
@@ -603,6 +612,7 @@ class Session:
         self._spawned.append(self.evaluator)
         self.evaluator.start()
         self._evaluator_ready = False
+        self._evaluator_plain = True  # every module it ran so far is plain (eval_cache.plain)
 
     def _evaluator(self) -> SandboxProcess:
         if self.evaluator is not None and self.evaluator.alive() and self._evaluator_ready:
@@ -671,8 +681,12 @@ class Session:
                 reply = messages.decode_reply(header, messages.Evaluated)
                 return self._evaluated(reply, out)
             except protocol.ProtocolError:
-                pass
-        ev = self._evaluator()
+                self.eval_cache.damaged(key)
+        try:
+            ev = self._evaluator()
+        except Exception as exc:  # starting it is ours to get right (lazily, with the cache): not the student's test
+            self.failure = self.failure or exc
+            raise EvaluatorUnavailable(f"the grader could not start its evaluator sandbox ({exc})") from exc
         try:
             reply, out = self._round_trip(
                 ev, request, values, timeout or self.limits.call_timeout, accept, packed=(frag, payload)
@@ -686,6 +700,8 @@ class Session:
         except protocol.ProtocolError as exc:  # a MessageError too: the evaluator is ours, not the student's
             ev.kill()
             raise BadValue(f"the compiled `{name}` could not be evaluated ({exc})") from None
+        if not (isinstance(reply, messages.Evaluated) and eval_plain(reply)):
+            self._evaluator_plain = False  # nothing it answers from now on is kept
         if isinstance(reply, messages.Raised):
             # the module came from the kernel: its name, platforms and so the error's text are the student's
             said = f"{reply.ename}: {first_line(reply.evalue)}"
@@ -694,7 +710,10 @@ class Session:
                 f"the compiled `{name}` failed to run" + (f": {said}" if STUDENT_TEXT_SHOWN.get() else "")
             )
         assert isinstance(reply, messages.Evaluated)
-        if self.eval_cache is not None and self._last_reply is not None:
+        if self.eval_cache is not None and self._last_reply is not None and self._evaluator_plain:
+            # kept only from an evaluator that never ran anything but plain modules, each of which
+            # answered: a module that could leave state behind (a custom call, a failed analysis, an
+            # error) must not decide what a classmate's identical module is answered
             self.eval_cache.put(key, *self._last_reply)
         return self._evaluated(reply, out)
 

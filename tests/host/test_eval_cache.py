@@ -14,7 +14,7 @@ import pytest
 from grader.host import eval_cache
 from grader.host.eval_cache import EvalCache, beside
 from grader.host.sandbox import Limits
-from grader.host.session import Session, SubmissionError
+from grader.host.session import EvaluatorUnavailable, Session, SubmissionError
 from grader.wire import messages, protocol
 from tests.conftest import build_notebook
 
@@ -43,7 +43,7 @@ def test_the_key_is_the_request_and_its_values_never_the_id() -> None:
 
 def test_entries_round_trip_private_and_atomic(tmp_path: Path) -> None:
     folder = beside(tmp_path / "xla" / "vmap-0123")
-    assert folder == tmp_path / "evals" / "vmap-0123"
+    assert folder.parent == tmp_path / "evals"
     cache = EvalCache(folder)
     key = "ab" + "1" * 62
     assert cache.get(key) is None and cache.misses == 1
@@ -125,6 +125,7 @@ def test_a_second_submission_with_the_same_module_needs_no_evaluator(
 def test_a_module_that_failed_is_asked_again(tmp_path: Path, limits: Limits, isolation: str) -> None:
     cache = EvalCache(tmp_path / "evals" / "t")
     bad = np.ones((4, 6), np.float32), np.ones((5, 3), np.float32)  # wrong inner dimension
+    good = np.ones((4, 5), np.float32), np.ones((5, 3), np.float32)
     for _ in range(2):
         s = _session([FN], limits, isolation, cache)
         try:
@@ -132,6 +133,74 @@ def test_a_module_that_failed_is_asked_again(tmp_path: Path, limits: Limits, iso
             with pytest.raises(SubmissionError):
                 s.evaluate("f", module, *bad)
             assert s.evaluator is not None
+            # after a module that failed, nothing this evaluator answers is kept
+            np.testing.assert_allclose(s.evaluate("f", module, *good)[0], np.tanh(5.0) * 3, rtol=1e-5)
         finally:
             s.close()
     assert cache.hits == 0 and not any(p.is_file() for p in cache.path.rglob("*"))
+
+
+def test_an_entry_that_fails_a_replys_checks_is_asked_again_and_replaced(
+    tmp_path: Path, limits: Limits, isolation: str
+) -> None:
+    cache = EvalCache(tmp_path / "evals" / "t")
+    x, w = np.ones((2, 5), np.float32), np.ones((5, 3), np.float32)
+    s = _session([FN], limits, isolation, cache)
+    try:
+        module = s.export("f", [("B, 5", "float32"), ("5, 3", "float32")]).module
+        want, _ = s.evaluate("f", module, x, w)
+        (entry,) = [p for p in cache.path.rglob("*") if p.is_file()]
+        cache.put(entry.name, {"kind": "evaluated", "values": {"result": 1}, "arrays": [5]}, b"short")
+        cache.hits = cache.misses = 0
+        got, _ = s.evaluate("f", module, x, w)  # the same question: the damaged entry is a miss
+        np.testing.assert_array_equal(got, want)
+        assert (cache.hits, cache.misses) == (0, 1)
+        s.evaluate("f", module, x, w)
+        assert cache.hits == 1  # rewritten by the live answer
+    finally:
+        s.close()
+
+
+def test_an_evaluator_that_cannot_start_is_the_graders_failure_not_a_verdict(
+    tmp_path: Path, limits: Limits, isolation: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = _session([FN], limits, isolation, EvalCache(tmp_path / "evals" / "t"))
+    try:
+        module = s.export("f", [("B, 5", "float32"), ("5, 3", "float32")]).module
+
+        def broken(self: Session) -> None:
+            raise OSError("no room for another sandbox")
+
+        monkeypatch.setattr(Session, "_spawn_evaluator", broken)
+        with pytest.raises(EvaluatorUnavailable) as info:
+            s.evaluate("f", module, np.ones((2, 5), np.float32), np.ones((5, 3), np.float32))
+        assert not isinstance(info.value, SubmissionError)  # never a failed test of the student's
+        assert isinstance(s.failure, OSError)  # grade_notebook raises it: a grader_error record
+    finally:
+        s.close()
+
+
+def test_only_plain_answers_are_kept() -> None:
+    plain = messages.Evaluated(nr_devices=1, analysis={"loops": 0}, custom_calls=("shape_assertion",))
+    assert eval_cache.eval_plain(plain)
+    assert not eval_cache.eval_plain(messages.Evaluated(nr_devices=1, analysis={}, custom_calls=("lapack_sgetrf_ffi",)))
+    assert not eval_cache.eval_plain(
+        messages.Evaluated(nr_devices=1, analysis={"analysis_error": "MemoryError: "}, custom_calls=())
+    )
+    assert not eval_cache.eval_plain(messages.Evaluated(nr_devices=1, analysis={}, custom_calls=None))
+
+
+def test_the_folder_names_the_evaluators_code(tmp_path: Path) -> None:
+    folder = beside(tmp_path / "xla" / "vmap-0123")
+    assert folder.name == f"vmap-0123-{eval_cache.code_digest()}" and len(eval_cache.code_digest()) == 12
+
+
+def test_a_folder_that_is_not_ours_and_private_turns_the_cache_off(tmp_path: Path) -> None:
+    evals = tmp_path / "evals"
+    evals.mkdir(mode=0o700)
+    os.chmod(evals, 0o777)  # anyone could have planted answers under it
+    cache = EvalCache(evals / "a")
+    assert not cache.put("ab" + "1" * 62, {}, b"x")
+    assert cache.get("ab" + "1" * 62) is None and not (evals / "a").exists()
+    os.chmod(evals, 0o700)
+    assert EvalCache(evals / "a").put("ab" + "1" * 62, {}, b"x")

@@ -135,22 +135,23 @@ for start in ("/tmp", "/root", "/home", "/var", "/work", "/"):
             continue
         if os.path.basename(dirpath) == "evals" or dirpath.endswith("/jaxgrade"):
             guesses.append(dirpath)
+# found: an entry someone else wrote (the sandbox's own home and /tmp are its to write, and prove nothing)
 for d in guesses:
-    try:
-        for sub in os.listdir(d):
-            FOUND.append(os.path.join(d, sub))
-            for entry in os.listdir(os.path.join(d, sub)):
-                with open(os.path.join(d, sub, entry), "r+b") as f:
-                    f.write(b"poison")
-    except OSError:
-        pass
-    try:
-        os.makedirs(os.path.join(d, "po"), exist_ok=True)
-        with open(os.path.join(d, "po", "poison"), "w") as f:
-            f.write("poison")
-        FOUND.append(d)
-    except OSError:
-        pass
+    for dirpath, dirnames, filenames in os.walk(d):
+        for name in filenames:
+            if len(name) == 64 and os.path.basename(dirpath) == name[:2]:
+                FOUND.append(os.path.join(dirpath, name))
+                try:
+                    with open(os.path.join(dirpath, name), "r+b") as f:
+                        f.write(b"poison")
+                except OSError:
+                    pass
+        try:
+            os.makedirs(os.path.join(dirpath, "po"), exist_ok=True)
+            with open(os.path.join(dirpath, "po", "poison"), "w") as f:
+                f.write("poison")
+        except OSError:
+            pass
 """
 
 WRITE_OUTSIDE = r"""
