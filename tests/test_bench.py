@@ -163,3 +163,16 @@ def test_compare_reads_otter_results_per_question(compare, tmp_path):
     (out / "alice000" / "results.json").write_text(json.dumps(results))
     scores = compare.otter_scores(out, [Path("alice000.ipynb"), Path("bob000.ipynb")])
     assert scores == {"alice000": {"score": 26.0, "categories": {"numerics": 20.0, "vectorization": 6.0}}}
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in (REPO / "bench").glob("*.py")))
+def test_every_benchmark_starts(script: str) -> None:
+    """Each script imports what it measures and parses its arguments (a moved module broke
+    bench/profile.py once, unseen: nothing ran it)."""
+    import subprocess
+
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / script), "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "usage:" in proc.stdout
