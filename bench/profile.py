@@ -51,7 +51,7 @@ def _timed(method_name: str, kind: str | None) -> None:
         try:
             return original(self, op, *args, **kwargs)
         finally:
-            key = kind or op
+            key = kind or getattr(op, "NAME", op)  # a request object (the evaluator's) or its name
             SPENT[key] += time.perf_counter() - t0
             COUNT[key] += 1
 
