@@ -159,7 +159,8 @@ def test_real_cgroup_bounds_memory_and_processes_of_the_tree_and_counts_cpu() ->
             "try:\n"
             "    for _ in range(50):\n"
             "        if os.fork() == 0:\n"
-            "            time.sleep(30); os._exit(0)\n"
+            # the sleepers let go of the output pipe, or the run would wait 30 s for its end
+            "            os.close(1); os.close(2); time.sleep(30); os._exit(0)\n"
             "        forks += 1\n"
             "except OSError:\n"
             "    pass\n"
