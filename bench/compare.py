@@ -27,6 +27,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -159,6 +160,56 @@ def jaxgrade_check(notebook: Path) -> tuple[float, dict[str, Any]]:
     if proc.returncode:
         print(f"warning: jaxgrade check {notebook.name}: {record['score']:g}/{record['max_score']:g}", file=sys.stderr)
     return seconds, record
+
+
+WATCH_SAVES = 3
+WATCH_PAUSE = 4.0  # seconds between a result and the next save: a student reading it
+
+
+def jaxgrade_check_watch(notebook: Path, work: Path) -> tuple[float, list[float], dict[str, Any]]:
+    """`jaxgrade check --watch` on a copy of ``notebook``: the first check's seconds (from the
+    command's start), then, for each of WATCH_SAVES saves made WATCH_PAUSE s after the previous
+    result (each save changes the bytes), the seconds from the save to its result."""
+    import selectors
+
+    copy = work / "watched" / notebook.name
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    nb = json.loads(notebook.read_text(encoding="utf-8"))
+    copy.write_text(json.dumps(nb), encoding="utf-8")
+    cmd = jaxgrade("check", "--assignment", ASSIGNMENT, "--json", "--watch", str(copy))
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    sel = selectors.DefaultSelector()
+    assert proc.stdout is not None
+    sel.register(proc.stdout, selectors.EVENT_READ)
+
+    def result() -> dict[str, Any]:
+        if not sel.select(300):
+            proc.kill()
+            raise SystemExit("jaxgrade check --watch gave no result within 300 s")
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        if not line:
+            raise SystemExit(f"jaxgrade check --watch stopped:\n{proc.stderr.read()[-3000:]}")  # type: ignore[union-attr]
+        return json.loads(line)
+
+    try:
+        record = result()
+        first = time.monotonic() - t0
+        saves = []
+        for k in range(WATCH_SAVES):
+            time.sleep(WATCH_PAUSE)
+            nb.setdefault("metadata", {})["bench_save"] = k  # new bytes, same code
+            t = time.monotonic()
+            copy.write_text(json.dumps(nb), encoding="utf-8")
+            record = result()
+            saves.append(time.monotonic() - t)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return first, saves, record
 
 
 def jaxgrade_scores(out: Path) -> dict[str, dict[str, Any]]:
@@ -328,6 +379,11 @@ def main(argv: list[str] | None = None) -> int:
                 figures[f"check_{run}_timings"] = {k: record["timings"][k] for k in TIMINGS if k in record["timings"]}
                 figures[f"check_{run}_score"] = record["score"]
                 figures["check_isolation"] = record.get("isolation", "")
+            first, saves, record = jaxgrade_check_watch(CHECKED, work)
+            rows.append(Row("check", "jaxgrade check --watch, first check", 1, first, single))
+            rows.append(Row("check", "jaxgrade check --watch, a save (median)", 1, statistics.median(saves), single))
+            figures["check_watch_saves_s"] = saves
+            figures["check_watch_timings"] = {k: record["timings"][k] for k in TIMINGS if k in record["timings"]}
 
     ratios(rows)
     now = dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
@@ -345,6 +401,10 @@ def main(argv: list[str] | None = None) -> int:
         print_timings("jaxgrade grade, next class (cache warm)", figures.get("grade_warm_timings", {}))
         for run in ("1st", "2nd"):
             print_timings(f"jaxgrade check, {run} run", figures.get(f"check_{run}_timings", {}))
+        print_timings("jaxgrade check --watch, last save", figures.get("check_watch_timings", {}))
+        if "check_watch_saves_s" in figures:
+            each = ", ".join(f"{x:.2f}" for x in figures["check_watch_saves_s"])
+            print(f"  (--watch: seconds from each save to its result: {each}; saves {WATCH_PAUSE:g} s after a result)")
     if grade and otter_graded:
         print_scores(grade, otter_graded, args.copies)
     if args.json:

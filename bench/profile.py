@@ -33,10 +33,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from grader.host import xla_cache  # noqa: E402
 from grader.course.config import load_course  # noqa: E402
 from grader.grading.grade import grade_notebook, trusted_cache_dir, warm_cache  # noqa: E402
 from grader.host import session as session_mod  # noqa: E402
+from grader.host import xla_cache  # noqa: E402
 from grader.host.eval_cache import EvalCache  # noqa: E402
 
 SPENT: dict[str, float] = defaultdict(float)

@@ -151,6 +151,8 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     # the notebook's own folder first: a student bundle, wherever the command runs from
     assignment = _assignment(args, name, staff=False, start=path.resolve().parent)
     _warn_isolation(args.isolation, err)
+    if args.watch:
+        return _watch(args, name, path, out, err)
     rec = grade_many(assignment, [path], jobs=1, public_only=True, isolation=args.isolation)[path]
     if args.json:
         print(rec.to_json(), file=out)
@@ -158,6 +160,70 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         render_check(rec, out)
     ok = rec.status == "graded" and bool(rec.tests) and all(t.status == "passed" for t in rec.tests)
     return EXIT_OK if ok else EXIT_FAIL
+
+
+#: How often `check --watch` looks at the notebook (seconds).
+WATCH_POLL = 0.2
+
+
+def _watch(args: argparse.Namespace, name: str, path: Path, out: TextIO, err: TextIO) -> int:
+    """`jaxgrade check --watch`: check the notebook, then again each time it is saved, with the
+    next sandbox started ahead (kernel up, JAX imported) while the student edits; Ctrl-C stops."""
+    import hashlib
+
+    from grader.grading.grade import _set_trusted_devices, grade_notebook, prestart
+
+    def fingerprint() -> tuple[int, int] | None:
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        return st.st_mtime_ns, st.st_size
+
+    # the checks run in this process (no pool): its JAX gets the assignment's device count first
+    _set_trusted_devices(_assignment(args, name, staff=False, start=path.resolve().parent).config.devices)
+    checked: str | None = None  # sha256 of the bytes last checked
+    ahead = None
+    print(f"jaxgrade check --watch: checking {path} each time it is saved; Ctrl-C to stop", file=err)
+    try:
+        while True:
+            seen = fingerprint()
+            try:
+                digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            except OSError:
+                digest = None
+            if digest is not None and digest != checked:
+                assignment = _assignment(args, name, staff=False, start=path.resolve().parent)  # edits to tests count
+                session = ahead
+                ahead = None
+                if session is not None and not _ready_for(session, assignment):
+                    session.close()
+                    session = None
+                t0 = time.monotonic()
+                rec = grade_notebook(assignment, path, public_only=True, isolation=args.isolation, session=session)
+                checked = digest
+                if args.json:
+                    print(json.dumps(rec.to_dict(), ensure_ascii=False, allow_nan=False, default=str), file=out)
+                else:
+                    render_check(rec, out)
+                    print(f"— checked in {time.monotonic() - t0:.1f}s; watching {path} (Ctrl-C to stop)\n", file=out)
+                out.flush()
+                ahead = prestart(assignment, path, args.isolation)  # for the next save
+            while fingerprint() == seen:
+                time.sleep(WATCH_POLL)
+    except KeyboardInterrupt:
+        print("jaxgrade check --watch: stopped", file=err)
+        return EXIT_OK
+    finally:
+        if ahead is not None:
+            ahead.close()
+
+
+def _ready_for(session: Any, assignment: Assignment) -> bool:
+    """Whether a sandbox started ahead can check this version of the course: same limits, and
+    both of its processes still alive (an idle one is not expected to die, but is not trusted to)."""
+    procs = [session.worker, session.evaluator]
+    return session.limits == assignment.limits and all(p is not None and p.alive() for p in procs)
 
 
 # --------------------------------------------------------------------------- grade
@@ -608,7 +674,14 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="run the public tests on your notebook (students)")
     c.add_argument("notebook")
     c.add_argument("--assignment", help="assignment name; default: from the notebook's metadata")
-    c.add_argument("--json", action="store_true", help="print the result record as JSON")
+    c.add_argument(
+        "--json", action="store_true", help="print the result record as JSON (with --watch: one line per check)"
+    )
+    c.add_argument(
+        "--watch",
+        action="store_true",
+        help="check again each time the notebook is saved, with the next sandbox started ahead (Ctrl-C to stop)",
+    )
     common(c)
     c.set_defaults(func=cmd_check)
 

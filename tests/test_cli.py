@@ -207,3 +207,87 @@ def test_grade_refuses_bad_configuration(tmp_path: Path, edit: tuple[str, str, s
     assert err.startswith(f"jaxgrade: error: {expected}"), err
     assert "TIP: " in err
     assert not (tmp_path / "o").exists()  # nothing graded, nothing written
+
+
+# --------------------------------------------------------------------------- check --watch
+
+
+def _read_line(proc, timeout: float) -> str:  # type: ignore[no-untyped-def]
+    import selectors
+
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    assert sel.select(timeout), "no check within the time allowed"
+    line = proc.stdout.readline()
+    assert line, proc.stderr.read()[-2000:]
+    return line
+
+
+def test_check_watch_checks_each_saved_version_with_a_sandbox_started_ahead(tmp_path: Path) -> None:
+    """A student's loop: save, read the result, save again.  A touch that changes nothing is
+    not checked; an edit is, in a sandbox that was started while the student edited; Ctrl-C
+    stops it and leaves nothing running."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    import uuid
+
+    from tests.minicourse import make_minicourse, notebook, procs_with
+
+    course = make_minicourse(tmp_path / "course")
+    nb = tmp_path / "hw.ipynb"
+    nb.write_text(notebook("full"), encoding="utf-8")
+    tag = uuid.uuid4().hex
+    cmd = [sys.executable, "-m", "grader", "--course", str(course), "check", "--assignment", "double"]
+    proc = subprocess.Popen(
+        [*cmd, "--watch", "--json", str(nb)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "JAXGRADE_TEST_TAG": tag},
+    )
+    try:
+        first = json.loads(_read_line(proc, 180))
+        assert (first["score"], first["max_score"]) == (2.0, 2.0)
+        ahead = [p for p in procs_with(tag) if p != proc.pid]
+        assert ahead, "no sandbox was started ahead for the next save"
+        os.utime(nb)  # saved again, same bytes: nothing to check
+        nb.write_text(notebook("zero"), encoding="utf-8")
+        second = json.loads(_read_line(proc, 180))
+        assert second["score"] == 0.0 and second["missing"] == ["double"]  # the edit, not the touch
+        assert second["submission_sha256"] != first["submission_sha256"]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+        assert "stopped" in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    deadline = time.monotonic() + 20
+    while procs_with(tag) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert procs_with(tag) == []  # the sandbox started ahead went with it
+
+
+def test_a_sandbox_started_ahead_is_used_only_for_the_same_limits_and_while_alive() -> None:
+    from types import SimpleNamespace
+
+    from grader.cli import _ready_for
+    from grader.host.sandbox import Limits
+
+    alive = SimpleNamespace(alive=lambda: True)
+    dead = SimpleNamespace(alive=lambda: False)
+    assignment = SimpleNamespace(limits=Limits())
+    assert _ready_for(SimpleNamespace(limits=Limits(), worker=alive, evaluator=alive), assignment)
+    assert not _ready_for(SimpleNamespace(limits=Limits(cell_timeout=5), worker=alive, evaluator=alive), assignment)
+    assert not _ready_for(SimpleNamespace(limits=Limits(), worker=alive, evaluator=dead), assignment)
+    assert not _ready_for(SimpleNamespace(limits=Limits(), worker=alive, evaluator=None), assignment)
+
+
+def test_a_pre_started_session_takes_its_notebook_once() -> None:
+    from grader.host.session import Session
+
+    with pytest.raises(RuntimeError):
+        Session("").load("{}")  # not started
+    with pytest.raises(RuntimeError):
+        Session('{"cells": []}').load("{}")  # it has a notebook already

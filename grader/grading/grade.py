@@ -71,6 +71,37 @@ def _import_reference(assignment: Assignment, path: Path, key: tuple[Path, str])
     return module
 
 
+def new_session(
+    assignment: Assignment,
+    path: Path,
+    notebook_json: str,
+    isolation: str,
+    *,
+    xla_cache: XlaCache | None = None,
+    eval_cache: EvalCache | None = None,
+) -> Session:
+    """The sandbox session for grading ``path`` (not started)."""
+    iso = choose_isolation(isolation)
+    return Session(
+        notebook_json,
+        limits=assignment.limits,
+        isolation=iso,
+        env=_env_for(assignment),
+        protect=(assignment.course.root / "reference", assignment.reference_dir, Path(path).parent),
+        xla_cache=xla_cache,
+        eval_cache=eval_cache if iso == "bwrap" else None,  # elsewhere the kernel could reach the evaluator
+    )
+
+
+def prestart(assignment: Assignment, path: Path, isolation: str) -> Session:
+    """A session for the next version of ``path``, started now with no notebook: its worker,
+    kernel (JAX imported) and evaluator are ready when the notebook is handed over (the
+    ``session`` of :func:`grade_notebook`).  Nothing of a submission is in it before then."""
+    session = new_session(assignment, path, "", isolation)
+    session.start()
+    return session
+
+
 def _prepare_trusted_side(assignment: Assignment) -> None:
     """Import what the tests will need (JAX, the reference solution): a head start only, so
     a failure here is left for the tests' own import to report."""
@@ -147,10 +178,13 @@ def grade_notebook(
     isolation: str = "auto",
     xla_cache: XlaCache | None = None,
     eval_cache: EvalCache | None = None,
+    session: Session | None = None,
 ) -> Record:
     """Grade one notebook; never raises for anything the student did.  ``xla_cache`` is the
     trusted compilation cache its sandboxes read (see :func:`warm_cache`); ``eval_cache`` keeps
-    the evaluator's answers for every submission (grader/host/eval_cache.py; bubblewrap only)."""
+    the evaluator's answers for every submission (grader/host/eval_cache.py; bubblewrap only).
+    ``session`` is a sandbox started ahead with no notebook (:func:`prestart`), for this
+    notebook only: it is closed here, whatever happens."""
     path = Path(path)
     _check_trusted_devices(assignment)
     t0 = time.monotonic()
@@ -167,6 +201,8 @@ def grade_notebook(
     try:
         nb = load_notebook(path)
     except NotebookError as exc:
+        if session is not None:
+            session.close()
         rec.status, rec.message = "error", str(exc)
         try:
             rec.submission_sha256 = sha256_file(path)
@@ -177,20 +213,17 @@ def grade_notebook(
     named = nb.assignment
     if named and named != assignment.name:
         rec.message = f"the notebook's metadata names assignment {named!r}; graded as {assignment.name!r}"
-    session = Session(
-        nb.to_json(),
-        limits=assignment.limits,
-        isolation=iso,
-        env=_env_for(assignment),
-        protect=(assignment.course.root / "reference", assignment.reference_dir, path.parent),
-        xla_cache=xla_cache,
-        eval_cache=eval_cache if iso == "bwrap" else None,  # elsewhere the kernel could reach the evaluator
-    )
+    ahead = session is not None
+    if session is None:
+        session = new_session(assignment, path, nb.to_json(), iso, xla_cache=xla_cache, eval_cache=eval_cache)
     # the trusted side imports JAX and the reference while the sandbox starts and runs the
     # notebook (it waits on a pipe then): off the critical path of `jaxgrade check`
     prepare = threading.Thread(target=_prepare_trusted_side, args=(assignment,), name="jaxgrade-prepare", daemon=True)
     try:
-        session.start()
+        if ahead:
+            session.load(nb.to_json())
+        else:
+            session.start()
         prepare.start()
         try:
             report = session.execute()

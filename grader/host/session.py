@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -189,6 +190,8 @@ class Session:
         self.close()
 
     def start(self) -> None:
+        """Start the sandboxes.  With no notebook yet (``Session("")``) they start and wait, and
+        :meth:`load` hands the notebook over later: a pre-started sandbox (``jaxgrade check --watch``)."""
         self.deadline = time.monotonic() + self.limits.wall_timeout
         self._start_worker()
         if self.eval_cache is None:
@@ -198,7 +201,8 @@ class Session:
         if self.scratch is not None:
             remove_scratch(self.scratch)
         self.scratch = make_scratch("jaxgrade-sub-", self.limits.scratch_bytes)
-        (self.scratch / NOTEBOOK_NAME).write_text(self.notebook_json, encoding="utf-8")
+        if self.notebook_json:
+            (self.scratch / NOTEBOOK_NAME).write_text(self.notebook_json, encoding="utf-8")
         self.worker = SandboxProcess(
             "grader.sandboxed.worker", self.scratch, self.limits, self.isolation, self.env, self.protect, self.xla_cache
         )
@@ -210,6 +214,17 @@ class Session:
             max_restarts=int(self.limits.max_restarts),
         )
         self.worker.send(start.encode())
+
+    def load(self, notebook_json: str) -> None:
+        """Give a pre-started session its notebook (before :meth:`execute`, which reads it): the
+        worker opens the file only when told to execute it.  The submission's time limit starts now."""
+        if self.notebook_json or self.report is not None or self.worker is None or self.scratch is None:
+            raise RuntimeError("load() is for a started session that has no notebook yet")
+        self.notebook_json = notebook_json
+        path = self.scratch / NOTEBOOK_NAME
+        path.write_text(notebook_json, encoding="utf-8")
+        os.chmod(path, 0o644)  # the sandbox's (leased) uid reads it
+        self.deadline = time.monotonic() + self.limits.wall_timeout
 
     def execute(self) -> ExecutionReport:
         """Wait for the kernel, execute every cell, and return what happened.
