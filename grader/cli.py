@@ -33,7 +33,13 @@ from grader.course.config import (
     load_course,
 )
 from grader.grading.record import Record
-from grader.host.sandbox import SandboxSetupError, choose_isolation, isolation_warning, resource_warning
+from grader.host.sandbox import (
+    SandboxSetupError,
+    choose_isolation,
+    isolation_warning,
+    remove_own_scratch,
+    resource_warning,
+)
 from grader.intake.collect import IntakeError, IntakeReport, collect
 from grader.intake.notebook import NotebookError, load_notebook
 from grader.publish import canvas, exports
@@ -168,39 +174,72 @@ WATCH_POLL = 0.2
 
 def _watch(args: argparse.Namespace, name: str, path: Path, out: TextIO, err: TextIO) -> int:
     """`jaxgrade check --watch`: check the notebook, then again each time it is saved, with the
-    next sandbox started ahead (kernel up, JAX imported) while the student edits; Ctrl-C stops."""
+    next sandbox started ahead (kernel up, JAX imported) while the student edits; Ctrl-C (or
+    closing the terminal) stops it, and it exits 0."""
     import hashlib
+    import signal
+    import traceback
 
-    from grader.grading.grade import _set_trusted_devices, grade_notebook, prestart
+    from grader.batch.pool import Raised
+    from grader.grading.grade import _bug_record, _set_trusted_devices, grade_notebook, prestart
 
-    def fingerprint() -> tuple[int, int] | None:
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt  # a closed terminal or a kill: clean up as for Ctrl-C
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stop)
+
+    def fingerprint() -> tuple[int, ...] | None:
         try:
             st = path.stat()
         except OSError:
             return None
-        return st.st_mtime_ns, st.st_size
+        return st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size
+
+    def settled() -> bytes | None:
+        """The notebook's bytes; an editor caught writing it (not JSON yet) is given a moment."""
+        for _ in range(10):
+            try:
+                data = path.read_bytes()
+            except OSError:
+                return None
+            try:
+                json.loads(data)
+                return data
+            except ValueError:
+                time.sleep(WATCH_POLL)
+        return data  # still not JSON: the check says so
 
     # the checks run in this process (no pool): its JAX gets the assignment's device count first
-    _set_trusted_devices(_assignment(args, name, staff=False, start=path.resolve().parent).config.devices)
+    devices = _assignment(args, name, staff=False, start=path.resolve().parent).config.devices
+    _set_trusted_devices(devices)
     checked: str | None = None  # sha256 of the bytes last checked
-    ahead = None
+    ahead = session = None
     print(f"jaxgrade check --watch: checking {path} each time it is saved; Ctrl-C to stop", file=err)
     try:
         while True:
             seen = fingerprint()
-            try:
-                digest = hashlib.sha256(path.read_bytes()).hexdigest()
-            except OSError:
-                digest = None
+            data = settled()
+            digest = hashlib.sha256(data).hexdigest() if data is not None else None
             if digest is not None and digest != checked:
                 assignment = _assignment(args, name, staff=False, start=path.resolve().parent)  # edits to tests count
-                session = ahead
-                ahead = None
+                if assignment.config.devices != devices:
+                    raise CliError(
+                        f"the assignment's device count changed ({devices} to {assignment.config.devices})",
+                        "Stop --watch (Ctrl-C) and start it again.",
+                    )
+                session, ahead = ahead, None
                 if session is not None and not _ready_for(session, assignment):
                     session.close()
                     session = None
                 t0 = time.monotonic()
-                rec = grade_notebook(assignment, path, public_only=True, isolation=args.isolation, session=session)
+                try:
+                    rec = grade_notebook(assignment, path, public_only=True, isolation=args.isolation, session=session)
+                except (KeyboardInterrupt, SandboxSetupError):
+                    raise
+                except Exception:  # a bug of ours: said as a plain check says it, and the watch goes on
+                    rec = _bug_record(assignment, path, None, Raised(traceback.format_exc()))
+                session = None  # grade_notebook closed it
                 checked = digest
                 if args.json:
                     print(json.dumps(rec.to_dict(), ensure_ascii=False, allow_nan=False, default=str), file=out)
@@ -215,15 +254,21 @@ def _watch(args: argparse.Namespace, name: str, path: Path, out: TextIO, err: Te
         print("jaxgrade check --watch: stopped", file=err)
         return EXIT_OK
     finally:
-        if ahead is not None:
-            ahead.close()
+        for started in (ahead, session):
+            if started is not None:
+                started.close()
+        remove_own_scratch()  # one made just as Ctrl-C came, before its session knew it
 
 
 def _ready_for(session: Any, assignment: Assignment) -> bool:
-    """Whether a sandbox started ahead can check this version of the course: same limits, and
-    both of its processes still alive (an idle one is not expected to die, but is not trusted to)."""
+    """Whether a sandbox started ahead can check this version of the course: the same limits
+    and sandbox environment (the device count), and both of its processes still alive (an idle
+    one is not expected to die, but is not trusted to)."""
+    from grader.grading.grade import _env_for
+
     procs = [session.worker, session.evaluator]
-    return session.limits == assignment.limits and all(p is not None and p.alive() for p in procs)
+    same = session.limits == assignment.limits and session.env == _env_for(assignment)
+    return same and all(p is not None and p.alive() for p in procs)
 
 
 # --------------------------------------------------------------------------- grade

@@ -238,6 +238,8 @@ def test_check_watch_checks_each_saved_version_with_a_sandbox_started_ahead(tmp_
     course = make_minicourse(tmp_path / "course")
     nb = tmp_path / "hw.ipynb"
     nb.write_text(notebook("full"), encoding="utf-8")
+    scratch = tmp_path / "tmp"  # the sandboxes' scratch folders (jaxgrade-sub-*, jaxgrade-eval-*) land here
+    scratch.mkdir()
     tag = uuid.uuid4().hex
     cmd = [sys.executable, "-m", "grader", "--course", str(course), "check", "--assignment", "double"]
     proc = subprocess.Popen(
@@ -245,14 +247,21 @@ def test_check_watch_checks_each_saved_version_with_a_sandbox_started_ahead(tmp_
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "JAXGRADE_TEST_TAG": tag},
+        env={**os.environ, "JAXGRADE_TEST_TAG": tag, "TMPDIR": str(scratch)},
     )
+
+    def sandboxes() -> list[str]:
+        return sorted(p.name.split("-")[1] for p in scratch.iterdir() if p.name.startswith("jaxgrade-"))
+
     try:
         first = json.loads(_read_line(proc, 180))
         assert (first["score"], first["max_score"]) == (2.0, 2.0)
-        ahead = [p for p in procs_with(tag) if p != proc.pid]
-        assert ahead, "no sandbox was started ahead for the next save"
+        deadline = time.monotonic() + 60
+        while sandboxes() != ["eval", "sub"] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert sandboxes() == ["eval", "sub"], "no sandbox was started ahead for the next save"
         os.utime(nb)  # saved again, same bytes: nothing to check
+        time.sleep(1.0)  # five polls
         nb.write_text(notebook("zero"), encoding="utf-8")
         second = json.loads(_read_line(proc, 180))
         assert second["score"] == 0.0 and second["missing"] == ["double"]  # the edit, not the touch
@@ -264,9 +273,9 @@ def test_check_watch_checks_each_saved_version_with_a_sandbox_started_ahead(tmp_
         if proc.poll() is None:
             proc.kill()
     deadline = time.monotonic() + 20
-    while procs_with(tag) and time.monotonic() < deadline:
+    while (procs_with(tag) or sandboxes()) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert procs_with(tag) == []  # the sandbox started ahead went with it
+    assert procs_with(tag) == [] and sandboxes() == []  # the sandbox started ahead went with it
 
 
 def test_a_sandbox_started_ahead_is_used_only_for_the_same_limits_and_while_alive() -> None:
@@ -277,17 +286,20 @@ def test_a_sandbox_started_ahead_is_used_only_for_the_same_limits_and_while_aliv
 
     alive = SimpleNamespace(alive=lambda: True)
     dead = SimpleNamespace(alive=lambda: False)
-    assignment = SimpleNamespace(limits=Limits())
-    assert _ready_for(SimpleNamespace(limits=Limits(), worker=alive, evaluator=alive), assignment)
-    assert not _ready_for(SimpleNamespace(limits=Limits(cell_timeout=5), worker=alive, evaluator=alive), assignment)
-    assert not _ready_for(SimpleNamespace(limits=Limits(), worker=alive, evaluator=dead), assignment)
-    assert not _ready_for(SimpleNamespace(limits=Limits(), worker=alive, evaluator=None), assignment)
+    assignment = SimpleNamespace(limits=Limits(), config=SimpleNamespace(devices=1))
+    ok = {"limits": Limits(), "env": {}, "worker": alive, "evaluator": alive}
+    assert _ready_for(SimpleNamespace(**ok), assignment)
+    assert not _ready_for(SimpleNamespace(**{**ok, "limits": Limits(cell_timeout=5)}), assignment)
+    assert not _ready_for(SimpleNamespace(**{**ok, "evaluator": dead}), assignment)
+    assert not _ready_for(SimpleNamespace(**{**ok, "evaluator": None}), assignment)
+    two = SimpleNamespace(limits=Limits(), config=SimpleNamespace(devices=2))  # grading.yaml now says 2 devices
+    assert not _ready_for(SimpleNamespace(**ok), two)
 
 
 def test_a_pre_started_session_takes_its_notebook_once() -> None:
     from grader.host.session import Session
 
-    with pytest.raises(RuntimeError):
-        Session("").load("{}")  # not started
-    with pytest.raises(RuntimeError):
-        Session('{"cells": []}').load("{}")  # it has a notebook already
+    with pytest.raises(RuntimeError, match="not started"):
+        Session("").load("{}")
+    with pytest.raises(RuntimeError, match="notebook already"):
+        Session('{"cells": []}').load("{}")

@@ -98,7 +98,11 @@ def prestart(assignment: Assignment, path: Path, isolation: str) -> Session:
     kernel (JAX imported) and evaluator are ready when the notebook is handed over (the
     ``session`` of :func:`grade_notebook`).  Nothing of a submission is in it before then."""
     session = new_session(assignment, path, "", isolation)
-    session.start()
+    try:
+        session.start()
+    except BaseException:
+        session.close()
+        raise
     return session
 
 
@@ -150,6 +154,8 @@ def run_tests(
     with _fresh_test_modules(paths):
         code = pytest.main(args, plugins=[plugin, *plugins])
     errors = list(plugin.errors)
+    if plugin.interrupted:  # Ctrl-C during the tests: stop, never a record that says "error"
+        raise KeyboardInterrupt
     if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
         errors.append(f"pytest could not run the tests (exit code {int(code)}: {pytest.ExitCode(code).name})")
     return plugin.finish(), errors
@@ -185,6 +191,23 @@ def grade_notebook(
     the evaluator's answers for every submission (grader/host/eval_cache.py; bubblewrap only).
     ``session`` is a sandbox started ahead with no notebook (:func:`prestart`), for this
     notebook only: it is closed here, whatever happens."""
+    try:
+        return _grade_notebook(assignment, path, public_only, student, isolation, xla_cache, eval_cache, session)
+    finally:
+        if session is not None:
+            session.close()  # closing twice is harmless
+
+
+def _grade_notebook(
+    assignment: Assignment,
+    path: Path,
+    public_only: bool,
+    student: str | None,
+    isolation: str,
+    xla_cache: XlaCache | None,
+    eval_cache: EvalCache | None,
+    session: Session | None,
+) -> Record:
     path = Path(path)
     _check_trusted_devices(assignment)
     t0 = time.monotonic()
@@ -201,8 +224,6 @@ def grade_notebook(
     try:
         nb = load_notebook(path)
     except NotebookError as exc:
-        if session is not None:
-            session.close()
         rec.status, rec.message = "error", str(exc)
         try:
             rec.submission_sha256 = sha256_file(path)

@@ -122,6 +122,7 @@ class GradingPlugin:
         self._visibility_of = visibility_of
         self.results: list[TestResult] = []
         self.errors: list[str] = []
+        self.interrupted = False  # Ctrl-C reached pytest (pytest_keyboard_interrupt)
         self._meta: dict[str, TestMeta] = {}
         self._started: dict[str, float] = {}
 
@@ -131,6 +132,9 @@ class GradingPlugin:
         return list(self._meta.values())
 
     # -- configuration
+    def pytest_keyboard_interrupt(self, excinfo: Any) -> None:
+        self.interrupted = True
+
     def pytest_configure(self, config: pytest.Config) -> None:
         for m in MARKERS:
             config.addinivalue_line("markers", m)

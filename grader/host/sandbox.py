@@ -624,16 +624,25 @@ def make_scratch(prefix: str = "jaxgrade-", size_bytes: int | None = None) -> Pa
     ``size_bytes`` and as root, a tmpfs of that size, so a cell that fills it gets ENOSPC
     ("No space left on device") and the disk the gradebook lives on is not touched."""
     path = Path(tempfile.mkdtemp(prefix=prefix))
-    os.chmod(path, 0o700)
-    if size_bytes is not None and scratch_status()[0]:
-        opts = f"size={int(size_bytes)},mode=0700,nosuid,nodev"
-        source = f"{SCRATCH_SOURCE}{os.getpid()}"  # whose it is, for sweep_stale_scratch
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, source, str(path)], capture_output=True)
-        if done.returncode != 0:
-            log.warning(
-                "scratch %s is not size-capped: mount failed: %s", path, done.stderr.decode(errors="replace")[:300]
-            )
+    _SCRATCH.add(path)
+    try:
+        os.chmod(path, 0o700)
+        if size_bytes is not None and scratch_status()[0]:
+            opts = f"size={int(size_bytes)},mode=0700,nosuid,nodev"
+            source = f"{SCRATCH_SOURCE}{os.getpid()}"  # whose it is, for sweep_stale_scratch
+            done = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, source, str(path)], capture_output=True)
+            if done.returncode != 0:
+                log.warning(
+                    "scratch %s is not size-capped: mount failed: %s", path, done.stderr.decode(errors="replace")[:300]
+                )
+    except BaseException:  # Ctrl-C during the mount included: nothing is left behind
+        remove_scratch(path)
+        raise
     return path
+
+
+#: Scratch directories this process made and has not removed (:func:`remove_own_scratch`).
+_SCRATCH: set[Path] = set()
 
 
 def remove_scratch(path: Path) -> None:
@@ -642,6 +651,14 @@ def remove_scratch(path: Path) -> None:
         # lazy: a sandbox's mount namespace that is still going away does not keep it busy
         subprocess.run(["umount", "-l", str(path)], capture_output=True)
     shutil.rmtree(path, ignore_errors=True)
+    _SCRATCH.discard(path)
+
+
+def remove_own_scratch() -> None:
+    """Remove every scratch directory this process still has: for a long-running command that
+    stops (``check --watch``), once its sandboxes are closed, whatever moment Ctrl-C chose."""
+    for path in list(_SCRATCH):
+        remove_scratch(path)
 
 
 SCRATCH_SOURCE = "jaxgrade-scratch-"

@@ -218,12 +218,17 @@ class Session:
     def load(self, notebook_json: str) -> None:
         """Give a pre-started session its notebook (before :meth:`execute`, which reads it): the
         worker opens the file only when told to execute it.  The submission's time limit starts now."""
-        if self.notebook_json or self.report is not None or self.worker is None or self.scratch is None:
-            raise RuntimeError("load() is for a started session that has no notebook yet")
+        if self.notebook_json or self.report is not None:
+            raise RuntimeError("load(): this session has its notebook already")
+        if self.worker is None or self.scratch is None:
+            raise RuntimeError("load(): the session is not started")
         self.notebook_json = notebook_json
-        path = self.scratch / NOTEBOOK_NAME
-        path.write_text(notebook_json, encoding="utf-8")
-        os.chmod(path, 0o644)  # the sandbox's (leased) uid reads it
+        # a new file, never through a link (the folder is the sandbox uid's, though only our
+        # code has run in it so far); 0644: the sandbox's (leased) uid reads it
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        fd = os.open(self.scratch / NOTEBOOK_NAME, flags, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(notebook_json)
         self.deadline = time.monotonic() + self.limits.wall_timeout
 
     def execute(self) -> ExecutionReport:
@@ -305,19 +310,25 @@ class Session:
         return self.report
 
     def close(self) -> None:
-        for proc in (self.worker, self.evaluator):
-            if proc is not None:
-                if proc.alive():
+        """Stop both sandboxes and remove their scratch folders; safe to call again, and a
+        Ctrl-C during the polite shutdown still kills and cleans up."""
+        try:
+            for proc in (self.worker, self.evaluator):
+                if proc is not None and proc.alive():
                     try:
                         proc.send(messages.Shutdown().encode())
                         proc.proc.wait(timeout=2)  # type: ignore[union-attr]
                     except Exception:
                         pass
-                proc.kill()
-        self.worker = self.evaluator = None
-        for d in (self.scratch, self.eval_scratch):
-            if d is not None:
-                remove_scratch(d)
+        finally:
+            for proc in (self.worker, self.evaluator):
+                if proc is not None:
+                    proc.kill()
+            self.worker = self.evaluator = None
+            for d in (self.scratch, self.eval_scratch):
+                if d is not None:
+                    remove_scratch(d)
+            self.scratch = self.eval_scratch = None
 
     def cpu_seconds(self) -> float | None:
         """CPU time of every process of this submission's sandboxes (their cgroups; None when

@@ -71,3 +71,19 @@ def test_an_edited_reference_is_imported_again(tmp_path: Path) -> None:
     before.solution.write_text(before.solution.read_text(encoding="utf-8") + "\nEDITED = True\n", encoding="utf-8")
     after = load_reference(load_course(course).assignment("double"))
     assert after is not first and after.EDITED is True
+
+
+def test_ctrl_c_during_the_tests_stops_grading_and_is_never_a_record(tmp_path: Path) -> None:
+    """pytest turns a KeyboardInterrupt inside a test into an exit code: run_tests raises it
+    again, so `jaxgrade grade --jobs 1` or `check --watch` stops instead of keeping an error."""
+    from grader.grading.grade import run_tests
+    from tests.minicourse import make_minicourse
+
+    assignment = load_course(make_minicourse(tmp_path / "course")).assignment("double")
+
+    class Interrupted:
+        def __getattr__(self, name: str) -> object:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_tests(assignment, Interrupted(), public_only=True)
