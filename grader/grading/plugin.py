@@ -133,7 +133,8 @@ class GradingPlugin:
 
     # -- configuration
     def pytest_keyboard_interrupt(self, excinfo: Any) -> None:
-        self.interrupted = True
+        # Ctrl-C itself, not pytest's own subclass for errors during collection (a staff error)
+        self.interrupted = type(excinfo.value) is KeyboardInterrupt
 
     def pytest_configure(self, config: pytest.Config) -> None:
         for m in MARKERS:

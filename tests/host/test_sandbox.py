@@ -277,12 +277,13 @@ def test_no_process_survives_close(notebook_text, isolation):
         assert wait_for(lambda: not find_processes(token), timeout=10), find_processes(token)
         assert s.call("add", 1, 2).value == 3
         worker_pid = s.worker.pid
+        scratch = s.scratch
     finally:
         s.close()
     try:
         assert wait_for(lambda: not find_processes(token), timeout=10), find_processes(token)
         assert b"grader.sandboxed.worker" not in _cmdline(worker_pid)
-        assert s.scratch is not None and not s.scratch.exists()
+        assert scratch is not None and not scratch.exists() and s.scratch is None
     finally:
         reap(find_processes(token))
 
