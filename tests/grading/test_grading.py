@@ -87,3 +87,15 @@ def test_ctrl_c_during_the_tests_stops_grading_and_is_never_a_record(tmp_path: P
 
     with pytest.raises(KeyboardInterrupt):
         run_tests(assignment, Interrupted(), public_only=True)
+
+
+def test_a_test_file_that_does_not_import_is_a_staff_error_not_ctrl_c(tmp_path: Path) -> None:
+    """pytest reports errors during collection through a KeyboardInterrupt subclass of its own:
+    that stays a grader configuration problem in the record."""
+    from grader.grading.grade import run_tests
+
+    course = make_minicourse(tmp_path / "course")
+    (course / "assignments" / "double" / "tests" / "test_public.py").write_text("import no_such_module_here\n")
+    assignment = load_course(course).assignment("double")
+    results, errors = run_tests(assignment, object(), public_only=True)
+    assert results == [] and any("pytest could not run the tests" in e for e in errors), errors
