@@ -26,7 +26,7 @@ import pytest
 from grader import __version__
 from grader.cli import HIDDEN_TESTS_NOTE, render_check
 from grader.course.config import Assignment, load_course
-from grader.errors import Location
+from grader.errors import Location, first_line
 from grader.grading.grade import _missing, _set_trusted_devices, run_tests
 from grader.grading.record import Record, total
 from grader.grading.submission import Submission
@@ -87,6 +87,46 @@ def latest_cells(history: list[str]) -> list[str]:
         seen |= names
         kept.append(source)
     return kept[::-1]
+
+
+#: Each cell run since setup(), by its cell id (or its source, where the front end sends no
+#: id): (execution count, the error of its latest run or None, its first line of code).
+_RUNS: dict[str, tuple[int, str | None, str]] = {}
+_HOOKS: list[Any] = []  # the post_run_cell callback setup() registered (one per kernel)
+MAX_RAISED = 5
+
+
+def _record_cell_runs() -> None:
+    """From now on, note how each cell's latest run ended (IPython's ``post_run_cell``): a cell
+    that raised and was fixed and run again is no longer listed."""
+    ip = _ipython()
+    if ip is None or not hasattr(ip, "events"):
+        return
+    for hook in _HOOKS:
+        try:
+            ip.events.unregister("post_run_cell", hook)
+        except ValueError:
+            pass
+    _HOOKS.clear()
+    _RUNS.clear()
+
+    def after(result: Any) -> None:
+        info = getattr(result, "info", None)
+        source = str(getattr(info, "raw_cell", "") or "")
+        key = str(getattr(info, "cell_id", None) or source)
+        exc = getattr(result, "error_before_exec", None) or getattr(result, "error_in_exec", None)
+        said = f"{type(exc).__name__}: {first_line(str(exc))}"[:200] if exc is not None else None
+        line = next((ln.strip() for ln in source.splitlines() if ln.strip() and not ln.strip().startswith("#")), "")
+        _RUNS[key] = (int(getattr(result, "execution_count", None) or 0), said, line[:80])
+
+    ip.events.register("post_run_cell", after)
+    _HOOKS.append(after)
+
+
+def raised_cells() -> list[str]:
+    """The cells whose latest run raised, oldest first: ``In [4] (`y = f(x)`): NameError: ...``."""
+    failed = sorted((n, said, line) for n, said, line in _RUNS.values() if said)
+    return [f"In [{n}] (`{line}`): {said}" if line else f"In [{n}]: {said}" for n, said, line in failed]
 
 
 @dataclass(frozen=True)
@@ -264,7 +304,12 @@ class Checker:
             isolation="none (your own kernel)",
             source=SOURCE if function is None else f"{SOURCE}, tests of `{function}`",
         )
-        rec.message = _device_note(a)
+        raised = raised_cells()
+        if raised:  # what `jaxgrade check` lists as the notebook's failing cells
+            more = f" (and {len(raised) - MAX_RAISED} more)" if len(raised) > MAX_RAISED else ""
+            shown = "; ".join(raised[:MAX_RAISED])
+            rec.message = f"cells that raised when last run: {shown}{more}"
+        rec.message = "; ".join(m for m in (_device_note(a), rec.message) if m)
         rec.missing = _missing(sub, (function,) if function else a.functions)
         results, errors = run_tests(a, sub, public_only=True, plugins=only)
         rec.tests = results
@@ -323,6 +368,7 @@ def setup(name: str, payload: str) -> Checker:
     _remove_folders(keep=root)
     _set_trusted_devices(assignment.config.devices)  # before JAX starts, when this cell runs first
     _CHECKER[:] = [Checker(assignment)]
+    _record_cell_runs()
     print(f"jaxgrade {__version__}: self-check ready for {name}. Run `jc.check()` (or `jc.check('function')`).")
     return _CHECKER[0]
 

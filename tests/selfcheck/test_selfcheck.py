@@ -58,6 +58,7 @@ def colab(setup_source: str, tmp_path_factory: pytest.TempPathFactory) -> dict[s
         "fake_pip": FAKE_PIP,
         "where": WHERE,
         "setup": setup_source,
+        "broken": "# a typo, never fixed\nresult = undefined_name_here + 1",
         **{f"right{i}": src for i, src in enumerate(code_cells("correct_vmap"))},
         "check": "jc.check()",
         "dump_right": DUMP,
@@ -68,6 +69,7 @@ def colab(setup_source: str, tmp_path_factory: pytest.TempPathFactory) -> dict[s
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.cells = [nbformat.v4.new_code_cell(src) for src in cells.values()]
+    nb.cells[list(cells).index("broken")].metadata["tags"] = ["raises-exception"]  # nbclient goes on after it
     empty = tmp_path_factory.mktemp("colab_cwd")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PYTHONPATH", str(ROOT))  # the kernel imports this checkout's grader
@@ -169,6 +171,49 @@ def test_same_verdicts_as_jaxgrade_check_in_the_bundle(
         assert [_comparable(t) for t in live["tests"]] == [_comparable(t) for t in checked["tests"]]
     assert [t["status"] for t in live["tests"]].count("failed") == 1
     assert "In [" in next(t["message"] for t in live["tests"] if t["status"] == "failed")
+
+
+def test_the_check_names_the_cells_that_raised(colab: dict[str, Any]) -> None:
+    """As `jaxgrade check` lists a notebook's failing cells, the self-check names the kernel's
+    cells whose latest run raised."""
+    record = json.loads(stream(colab["dump_right"]))
+    assert re.search(
+        r"cells that raised when last run: In \[\d+\] \(`result = undefined_name_here \+ 1`\): NameError: "
+        r"name 'undefined_name_here' is not defined",
+        record["message"],
+    ), record["message"]
+
+
+def test_a_cell_fixed_and_run_again_is_no_longer_listed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from IPython.core.events import EventManager, available_events
+
+    from grader.selfcheck import live
+
+    ip = SimpleNamespace(events=EventManager(None, available_events))
+    monkeypatch.setattr(live, "_ipython", lambda: ip)
+    monkeypatch.setattr(live, "_RUNS", {})
+    monkeypatch.setattr(live, "_HOOKS", [])
+
+    def ran(n: int, cell: str | None, source: str, error: BaseException | None = None) -> None:
+        info = SimpleNamespace(raw_cell=source, cell_id=cell)
+        result = SimpleNamespace(info=info, execution_count=n, error_before_exec=None, error_in_exec=error)
+        ip.events.trigger("post_run_cell", result)
+
+    live._record_cell_runs()
+    live._record_cell_runs()  # the first cell run again: one callback, not two
+    assert len(ip.events.callbacks["post_run_cell"]) == 1
+    ran(2, "a", "x = 1 / 0", ZeroDivisionError("division by zero"))
+    ran(3, "b", "import nothing_here", ModuleNotFoundError("No module named 'nothing_here'"))
+    ran(4, None, "# only a comment\nprint(y)", NameError("name 'y' is not defined"))
+    assert live.raised_cells() == [
+        "In [2] (`x = 1 / 0`): ZeroDivisionError: division by zero",
+        "In [3] (`import nothing_here`): ModuleNotFoundError: No module named 'nothing_here'",
+        "In [4] (`print(y)`): NameError: name 'y' is not defined",
+    ]
+    ran(5, "a", "x = 1 / 1")  # fixed and run again
+    assert [c.split(" (")[0] for c in live.raised_cells()] == ["In [3]", "In [4]"]
 
 
 def test_setup_cell_under_grading_stands_in_for_the_checker(setup_source: str, monkeypatch: pytest.MonkeyPatch) -> None:
