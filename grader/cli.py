@@ -158,7 +158,7 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     assignment = _assignment(args, name, staff=False, start=path.resolve().parent)
     _warn_isolation(args.isolation, err)
     if args.watch:
-        return _watch(args, name, path, out, err)
+        return _watch(args, assignment, path, out, err)
     rec = grade_many(assignment, [path], jobs=1, public_only=True, isolation=args.isolation)[path]
     if args.json:
         print(rec.to_json(), file=out)
@@ -172,22 +172,19 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 WATCH_POLL = 0.2
 
 
-def _watch(args: argparse.Namespace, name: str, path: Path, out: TextIO, err: TextIO) -> int:
+def _watch(args: argparse.Namespace, assignment: Assignment, path: Path, out: TextIO, err: TextIO) -> int:
     """`jaxgrade check --watch`: check the notebook, then again each time it is saved, with the
     next sandbox started ahead (kernel up, JAX imported) while the student edits; Ctrl-C (or
     closing the terminal) stops it, and it exits 0."""
     import hashlib
     import signal
-    import traceback
 
-    from grader.batch.pool import Raised
-    from grader.grading.grade import _bug_record, _set_trusted_devices, grade_notebook, prestart
+    from grader.grading.grade import _set_trusted_devices, grade_one, prestart
 
     def stop(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt  # a closed terminal or a kill: clean up as for Ctrl-C
 
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, stop)
+    before = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
 
     def fingerprint() -> tuple[int, ...] | None:
         try:
@@ -211,7 +208,7 @@ def _watch(args: argparse.Namespace, name: str, path: Path, out: TextIO, err: Te
         return data  # still not JSON: the check says so
 
     # the checks run in this process (no pool): its JAX gets the assignment's device count first
-    devices = _assignment(args, name, staff=False, start=path.resolve().parent).config.devices
+    name, devices = assignment.name, assignment.config.devices
     _set_trusted_devices(devices)
     checked: str | None = None  # sha256 of the bytes last checked
     ahead = session = None
@@ -233,12 +230,8 @@ def _watch(args: argparse.Namespace, name: str, path: Path, out: TextIO, err: Te
                     session.close()
                     session = None
                 t0 = time.monotonic()
-                try:
-                    rec = grade_notebook(assignment, path, public_only=True, isolation=args.isolation, session=session)
-                except (KeyboardInterrupt, SandboxSetupError):
-                    raise
-                except Exception:  # a bug of ours: said as a plain check says it, and the watch goes on
-                    rec = _bug_record(assignment, path, None, Raised(traceback.format_exc()))
+                # a bug of ours is said as a plain check says it (grader_error), and the watch goes on
+                rec = grade_one(assignment, path, public_only=True, isolation=args.isolation, session=session)
                 session = None  # grade_notebook closed it
                 checked = digest
                 if args.json:
@@ -258,6 +251,8 @@ def _watch(args: argparse.Namespace, name: str, path: Path, out: TextIO, err: Te
             if started is not None:
                 started.close()
         remove_own_scratch()  # one made just as Ctrl-C came, before its session knew it
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def _ready_for(session: Any, assignment: Assignment) -> bool:

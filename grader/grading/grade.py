@@ -192,15 +192,37 @@ def grade_notebook(
     ``session`` is a sandbox started ahead with no notebook (:func:`prestart`), for this
     notebook only: it is closed here, whatever happens."""
     try:
-        return _grade_notebook(assignment, path, public_only, student, isolation, xla_cache, eval_cache, session)
+        return _grade_notebook(
+            assignment,
+            path,
+            public_only=public_only,
+            student=student,
+            isolation=isolation,
+            xla_cache=xla_cache,
+            eval_cache=eval_cache,
+            session=session,
+        )
     finally:
         if session is not None:
             session.close()  # closing twice is harmless
 
 
+def grade_one(assignment: Assignment, path: Path, *, student: str | None = None, **kwargs: Any) -> Record:
+    """:func:`grade_notebook` in this process, with a bug of ours made the submission's
+    ``grader_error`` record (never kept) as a pool does; a machine that cannot sandbox anyone
+    (:class:`SandboxSetupError`) and Ctrl-C stop the caller."""
+    try:
+        return grade_notebook(assignment, path, student=student, **kwargs)
+    except SandboxSetupError:
+        raise
+    except Exception:
+        return _bug_record(assignment, Path(path), student, Raised(traceback.format_exc()))
+
+
 def _grade_notebook(
     assignment: Assignment,
     path: Path,
+    *,
     public_only: bool,
     student: str | None,
     isolation: str,
@@ -468,20 +490,15 @@ def grade_many(
         ready = xla_cache.ready(final) if final is not None else None
         answers = EvalCache(beside(final)) if final is not None else None
         for p in paths:
-            try:
-                rec = grade_notebook(
-                    assignment,
-                    p,
-                    student=students.get(p),
-                    isolation=iso,
-                    public_only=public_only,
-                    xla_cache=ready,
-                    eval_cache=answers,
-                )
-            except SandboxSetupError:
-                raise  # this machine cannot sandbox anyone: the batch stops with the staff's message
-            except Exception:
-                rec = _bug_record(assignment, p, students.get(p), Raised(traceback.format_exc()))
+            rec = grade_one(
+                assignment,
+                p,
+                student=students.get(p),
+                isolation=iso,
+                public_only=public_only,
+                xla_cache=ready,
+                eval_cache=answers,
+            )
             out[p] = rec
             if on_result:
                 on_result(p, rec)

@@ -619,6 +619,10 @@ def _parents(dest: str, made: set[str]) -> list[str]:
     return out
 
 
+#: Scratch directories this process made and has not removed (:func:`remove_own_scratch`).
+_SCRATCH: set[Path] = set()
+
+
 def make_scratch(prefix: str = "jaxgrade-", size_bytes: int | None = None) -> Path:
     """A fresh scratch directory outside the repository and the output directory; with
     ``size_bytes`` and as root, a tmpfs of that size, so a cell that fills it gets ENOSPC
@@ -639,10 +643,6 @@ def make_scratch(prefix: str = "jaxgrade-", size_bytes: int | None = None) -> Pa
         remove_scratch(path)
         raise
     return path
-
-
-#: Scratch directories this process made and has not removed (:func:`remove_own_scratch`).
-_SCRATCH: set[Path] = set()
 
 
 def remove_scratch(path: Path) -> None:

@@ -175,7 +175,6 @@ class Session:
         self.timings: dict[str, float] = {}
         self._student_text: list[str] = []  # text the sandbox chose, since take_student_text()
         self._cell_lines: list[list[str]] | None = None
-        self._last_reply: tuple[dict[str, Any], bytes] | None = None
         self._evaluator_plain = True
         #: what went wrong on the grader's side (the evaluator could not start): the grading
         #: process raises it after the tests, so the record is never a score (grader_error)
@@ -376,23 +375,37 @@ class Session:
         values: dict[str, Any],
         timeout: float,
         accept: tuple[type[messages.Reply], ...],
-        packed: tuple[dict[str, Any], bytes] | None = None,
     ) -> tuple[messages.Reply, dict[str, Any]]:
         """Send ``request`` with ``values`` to ``proc`` and read its reply: the one sequence both
         sandboxes answer by.  Raises :class:`protocol.ChannelTimeout` after ``timeout``,
         :class:`protocol.ProtocolError` for a frame, an id or values that are not valid, and
         :class:`messages.MessageError` (checked first: it is a ProtocolError) for a header that is
         not a reply of a kind in ``accept``."""
-        frag, payload = packed or protocol.pack_values(values)
-        self._last_reply = None
+        frag, payload = protocol.pack_values(values)
+        return self._decode(*self._exchange(proc, request, frag, payload, timeout), accept)
+
+    @staticmethod
+    def _exchange(
+        proc: SandboxProcess,
+        request: messages.KernelRequest | messages.EvaluatorRequest,
+        frag: dict[str, Any],
+        payload: bytes,
+        timeout: float,
+    ) -> tuple[dict[str, Any], bytes]:
+        """Send a packed request and read the frame that answers it (its id checked)."""
         proc.send({**request.encode(), **frag}, payload)
         header, rpayload = proc.recv(timeout)
         if not messages.answers(header, request):
             raise protocol.ProtocolError("response does not answer the request")
-        out = protocol.unpack_values(header, rpayload) if "values" in header else {}
-        reply = messages.decode_reply(header, *accept)
-        self._last_reply = (header, rpayload)  # valid: what the evaluator cache may keep
-        return reply, out
+        return header, rpayload
+
+    @staticmethod
+    def _decode(
+        header: dict[str, Any], payload: bytes, accept: tuple[type[messages.Reply], ...]
+    ) -> tuple[messages.Reply, dict[str, Any]]:
+        """A reply frame's typed message and values (a live one, or one the evaluator cache kept)."""
+        out = protocol.unpack_values(header, payload) if "values" in header else {}
+        return messages.decode_reply(header, *accept), out
 
     def _request(
         self,
@@ -696,16 +709,12 @@ class Session:
         timeout: float | None,
     ) -> tuple[Any, dict[str, Any]]:
         values = {"module": np.frombuffer(module, dtype=np.uint8), "args": list(args)}
-        accept = (messages.Evaluated, messages.Raised)
         frag, payload = protocol.pack_values(values)
         key = EvalCache.key(request.encode(), frag, payload) if self.eval_cache is not None else ""
         kept = self.eval_cache.get(key) if self.eval_cache is not None else None
         if kept is not None:
             try:  # through the same checks as a live reply; an entry that fails them is a miss
-                header, rpayload = {**kept[0], "id": request.id}, kept[1]
-                out = protocol.unpack_values(header, rpayload) if "values" in header else {}
-                reply = messages.decode_reply(header, messages.Evaluated)
-                return self._evaluated(reply, out)
+                return self._evaluated(*self._decode({**kept[0], "id": request.id}, kept[1], (messages.Evaluated,)))
             except protocol.ProtocolError:
                 self.eval_cache.damaged(key)
         try:
@@ -714,9 +723,8 @@ class Session:
             self.failure = self.failure or exc
             raise EvaluatorUnavailable(f"the grader could not start its evaluator sandbox ({exc})") from exc
         try:
-            reply, out = self._round_trip(
-                ev, request, values, timeout or self.limits.call_timeout, accept, packed=(frag, payload)
-            )
+            header, rpayload = self._exchange(ev, request, frag, payload, timeout or self.limits.call_timeout)
+            reply, out = self._decode(header, rpayload, (messages.Evaluated, messages.Raised))
         except protocol.ChannelTimeout:
             ev.kill()
             raise CallTimedOut(
@@ -736,11 +744,11 @@ class Session:
                 f"the compiled `{name}` failed to run" + (f": {said}" if STUDENT_TEXT_SHOWN.get() else "")
             )
         assert isinstance(reply, messages.Evaluated)
-        if self.eval_cache is not None and self._last_reply is not None and self._evaluator_plain:
+        if self.eval_cache is not None and self._evaluator_plain:
             # kept only from an evaluator that never ran anything but plain modules, each of which
             # answered: a module that could leave state behind (a custom call, a failed analysis, an
             # error) must not decide what a classmate's identical module is answered
-            self.eval_cache.put(key, *self._last_reply)
+            self.eval_cache.put(key, header, rpayload)
         return self._evaluated(reply, out)
 
     @staticmethod

@@ -99,3 +99,28 @@ def test_a_test_file_that_does_not_import_is_a_staff_error_not_ctrl_c(tmp_path: 
     assignment = load_course(course).assignment("double")
     results, errors = run_tests(assignment, object(), public_only=True)
     assert results == [] and any("pytest could not run the tests" in e for e in errors), errors
+
+
+def test_grade_one_makes_a_grader_bug_the_submissions_grader_error_and_lets_the_rest_stop_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The in-process grading of `grade --jobs 1` and `check --watch`: a bug of ours costs one
+    record that is never kept; a machine that cannot sandbox anyone, and Ctrl-C, stop the run."""
+    from grader.grading import grade
+    from grader.host.sandbox import SandboxSetupError
+
+    assignment = load_course(make_minicourse(tmp_path / "course")).assignment("double")
+    nb = tmp_path / "s.ipynb"
+    nb.write_text("{}")
+    for raised in (KeyError("a grader bug"), SandboxSetupError("no bwrap"), KeyboardInterrupt()):
+
+        def boom(*args: object, _raised: BaseException = raised, **kwargs: object) -> None:
+            raise _raised
+
+        monkeypatch.setattr(grade, "grade_notebook", boom)
+        if isinstance(raised, KeyError):
+            rec = grade.grade_one(assignment, nb, student="s")
+            assert (rec.status, rec.student) == ("grader_error", "s") and "KeyError" in rec.message
+        else:
+            with pytest.raises(type(raised)):
+                grade.grade_one(assignment, nb, student="s")
