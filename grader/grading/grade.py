@@ -118,11 +118,17 @@ def _prepare_trusted_side(assignment: Assignment) -> None:
         log.debug("preparing the trusted side failed; the tests will say why", exc_info=True)
 
 
+#: pytest's plugins a grading run goes without: no cache, terminal or stepwise; and no hunt for
+#: unraisable or thread exceptions, whose two full garbage collections at the end of every run
+#: cost 0.1 s of each submission once JAX is loaded (and whose warnings no record shows).
+_NO_PLUGINS = ("cacheprovider", "terminal", "stepwise", "unraisableexception", "threadexception")
+
+
 def _pytest_args(assignment: Assignment, paths: list[Path]) -> list[str]:
-    """pytest's command line for the course's test folders: no config file, cache, terminal or stepwise."""
+    """pytest's command line for the course's test folders: no config file, and none of :data:`_NO_PLUGINS`."""
     files = [str(p) for p in paths if p.exists()]
     return [*files, "-c", os.devnull, "--rootdir", str(assignment.course.root), "--import-mode=importlib"] + [
-        arg for plugin in ("cacheprovider", "terminal", "stepwise") for arg in ("-p", f"no:{plugin}")
+        arg for plugin in _NO_PLUGINS for arg in ("-p", f"no:{plugin}")
     ]
 
 

@@ -57,7 +57,7 @@ def _placed(exp: Any, args: Any) -> Any:
     return list(args)
 
 
-#: The requests the evaluator answers (besides :class:`messages.Shutdown`).
+#: The requests the evaluator answers (it stops when the trusted side closes its pipe, or is killed).
 REQUESTS = (messages.Eval, messages.Grad, messages.Analyze)
 
 
@@ -336,8 +336,6 @@ def main(argv: list[str] | None = None) -> int:
             header, payload = protocol.read_frame(proto_in)
         except protocol.ChannelClosed:
             return 0
-        if _is_shutdown(header):
-            return 0
         reply, blob = answer(header, payload)
         protocol.write_frame(proto_out, reply, blob)
 
@@ -354,13 +352,6 @@ def answer(header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], byte
     frag, blob = protocol.pack_values(values)
     rid = header.get("id") if type(header.get("id")) is int else None
     return {**replace(resp, id=rid).encode(), **frag}, blob
-
-
-def _is_shutdown(header: dict[str, Any]) -> bool:
-    try:
-        return isinstance(messages.decode_request(header, messages.Shutdown), messages.Shutdown)
-    except messages.MessageError:
-        return False
 
 
 if __name__ == "__main__":

@@ -41,11 +41,73 @@ WARMUP = (
 )
 
 
+async def _until_ready(kc: Any, timeout: float) -> None:
+    """Wait until the kernel answers ``kernel_info`` and its IOPub channel carries that request's
+    ``idle`` status: then IOPub is connected and the kernel's start is over.
+
+    jupyter_client's own wait (``wait_for_ready``) ends by reading IOPub until it has been
+    silent for 0.2 s: a fixed 0.2 s of every kernel start, so of every submission.  The
+    ``idle`` of our own request tells the same thing as soon as it arrives.  Where it does not
+    come (IOPub not connected yet: ZeroMQ's slow joiner), the request is sent again, as
+    jupyter_client does."""
+    from queue import Empty
+
+    from nbclient.util import ensure_async
+
+    deadline = time.monotonic() + timeout
+    while True:
+        msg_id = kc.kernel_info()
+        reply = None
+        try:
+            while reply is None:
+                left = min(1.0, deadline - time.monotonic())
+                msg = await ensure_async(kc.get_shell_msg(timeout=max(0.01, left)))
+                if msg.get("parent_header", {}).get("msg_id") == msg_id:
+                    reply = msg
+        except Empty:
+            pass
+        if reply is not None:
+            try:
+                while True:
+                    msg = await ensure_async(kc.get_iopub_msg(timeout=0.2))
+                    if (
+                        msg.get("msg_type") == "status"
+                        and msg.get("parent_header", {}).get("msg_id") == msg_id
+                        and msg.get("content", {}).get("execution_state") == "idle"
+                    ):
+                        handle = getattr(kc, "_handle_kernel_info_reply", None)  # the protocol version
+                        if handle is not None:
+                            handle(reply)
+                        return
+            except Empty:
+                pass
+        if not await ensure_async(kc.is_alive()):
+            raise RuntimeError("Kernel died before replying to kernel_info")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Kernel didn't respond in {timeout:g} seconds")
+
+
 def _make_client(nb: Any, scratch: str, cell_timeout: float, output_cap: int) -> Any:
     from nbclient import NotebookClient
+    from nbclient.util import ensure_async, run_sync
 
     class CappedClient(NotebookClient):
-        """nbclient with a per-cell cap on kept output (the kernel may print hundreds of MB)."""
+        """nbclient with a per-cell cap on kept output (the kernel may print hundreds of MB), and
+        a kernel start that does not wait for 0.2 s of silence (:func:`_until_ready`)."""
+
+        async def async_start_new_kernel_client(self) -> Any:
+            assert self.km is not None
+            try:
+                self.kc = self.km.client()
+                await ensure_async(self.kc.start_channels())
+                await _until_ready(self.kc, self.startup_timeout)
+            except Exception:
+                await self._async_cleanup_kernel()
+                raise
+            self.kc.allow_stdin = False
+            return self.kc
+
+        start_new_kernel_client = run_sync(async_start_new_kernel_client)
 
         def output(self, outs: Any, msg: Any, display_id: Any, cell_index: int) -> Any:
             kept = sum(len(str(o.get("text", ""))) for o in outs if o.get("output_type") == "stream")
@@ -485,15 +547,14 @@ def main(argv: list[str] | None = None) -> int:
         except protocol.ChannelClosed:
             break
         try:
-            request = messages.decode_request(header, messages.Shutdown, *KERNEL_REQUESTS)
+            request = messages.decode_request(header, *KERNEL_REQUESTS)
         except messages.MessageError as exc:
             rid = header.get("id") if type(header.get("id")) is int else None
             protocol.write_frame(
                 proto_out, messages.Dead(why=f"the worker cannot read the request: {exc}", id=rid).encode()
             )
             continue
-        if not isinstance(request, messages.KernelRequest):
-            break  # Shutdown
+        assert isinstance(request, messages.KernelRequest)
         n += 1
         req_path = os.path.join(req_dir, f"req-{n}")
         resp_path = os.path.join(req_dir, f"resp-{n}")

@@ -7,9 +7,9 @@ and lists).  Values (arrays, pytrees) are not fields: they travel beside the hea
 
 Three families, each told apart by one explicit discriminator:
 
-- requests (``"op"``) the trusted side sends: :class:`Start`, :class:`Execute`, :class:`Shutdown`
-  to the worker; :class:`Probe`, :class:`Call`, :class:`Export`, :class:`Count`, which the
-  worker forwards to the kernel (:mod:`grader.sandboxed.kernel_side`); :class:`Eval`,
+- requests (``"op"``) the trusted side sends: :class:`Start`, :class:`Execute` to the worker;
+  :class:`Probe`, :class:`Call`, :class:`Export`, :class:`Count`, which the worker forwards to
+  the kernel (:mod:`grader.sandboxed.kernel_side`); :class:`Eval`,
   :class:`Grad`, :class:`Analyze` to the evaluator;
 - progress (``"op"``) the worker and the evaluator send on their own: :class:`Ready`,
   :class:`CellStarted`, :class:`Executed`;
@@ -76,7 +76,6 @@ __all__ = [
     "Ready",
     "Reply",
     "Request",
-    "Shutdown",
     "Start",
     "TimedOut",
     "Unsendable",
@@ -447,17 +446,6 @@ class Execute(Request):
 
 
 @dataclass(frozen=True)
-class Shutdown(Request):
-    """Stop (the worker or the evaluator)."""
-
-    NAME = "shutdown"
-
-    @classmethod
-    def _decode(cls, r: _Reader) -> Shutdown:
-        return cls()
-
-
-@dataclass(frozen=True)
 class KernelRequest(Request):
     """A request the worker forwards to the kernel: ``id`` comes back in the reply, and the
     worker interrupts the kernel after ``timeout`` seconds."""
@@ -590,7 +578,7 @@ class Analyze(EvaluatorRequest):
 
 
 REQUESTS: dict[str, type[Request]] = {
-    c.NAME: c for c in (Start, Execute, Shutdown, Probe, Call, Export, Count, Eval, Grad, Analyze)
+    c.NAME: c for c in (Start, Execute, Probe, Call, Export, Count, Eval, Grad, Analyze)
 }
 
 

@@ -33,7 +33,6 @@ REQUESTS: list[m.Request] = [
     m.Start(),
     m.Start(cell_timeout=5.5, output_cap=100, max_restarts=0),
     m.Execute("submission.ipynb", (1, 3)),
-    m.Shutdown(),
     m.Probe(1, 120.0, ("f", "g")),
     m.Call(2, 3.5, name="f", repeat=3, readonly=True, key_reuse=True),
     m.Export(3, 120.0, name="f", specs=(("B, 8", "float32"), ("", "int32")), vjp_order=1),
@@ -146,7 +145,7 @@ def test_requests_and_progress_are_not_confused() -> None:
     with pytest.raises(m.MessageError):
         m.decode_request(m.Ready().encode())
     with pytest.raises(m.MessageError):
-        m.decode_request(m.Shutdown().encode(), m.Start)
+        m.decode_request(m.Execute("submission.ipynb").encode(), m.Start)
     with pytest.raises(m.MessageError):
         m.decode_progress(m.CellStarted(index=1).encode(), m.Ready)
     with pytest.raises(m.MessageError):
@@ -211,15 +210,15 @@ WRONG_TYPES: list[tuple[m.Message, str, Any]] = [
     (REQUESTS[1], "cell_timeout", "5"),
     (REQUESTS[1], "output_cap", 1.5),
     (REQUESTS[2], "skip", [1, "3"]),
-    (REQUESTS[4], "names", "f"),
-    (REQUESTS[5], "id", None),
-    (REQUESTS[5], "repeat", "3"),
-    (REQUESTS[5], "readonly", 1),
-    (REQUESTS[6], "specs", [["B", "float32", "x"]]),
-    (REQUESTS[6], "specs", [[8, "float32"]]),
-    (REQUESTS[7], "how", "calls"),
-    (REQUESTS[7], "static", [1]),
-    (REQUESTS[9], "argnum", "1"),
+    (REQUESTS[3], "names", "f"),
+    (REQUESTS[4], "id", None),
+    (REQUESTS[4], "repeat", "3"),
+    (REQUESTS[4], "readonly", 1),
+    (REQUESTS[5], "specs", [["B", "float32", "x"]]),
+    (REQUESTS[5], "specs", [[8, "float32"]]),
+    (REQUESTS[6], "how", "calls"),
+    (REQUESTS[6], "static", [1]),
+    (REQUESTS[8], "argnum", "1"),
 ]
 
 
@@ -248,8 +247,8 @@ def _required(msg: m.Message) -> list[str]:
 
 
 def test_missing_fields_are_rejected() -> None:
-    assert _required(REQUESTS[5]) == ["id", "timeout", "name"]
-    assert _required(REQUESTS[9]) == ["id", "argnum"]
+    assert _required(REQUESTS[4]) == ["id", "timeout", "name"]
+    assert _required(REQUESTS[8]) == ["id", "argnum"]
     assert _required(PROGRESS[-1]) == ["cells", "exec_map", "restarts", "alive"]
     assert _required(PROGRESS[0]) == ["ok"]
     assert _required(REPLIES[1]) == ["mutated", "elapsed"]
