@@ -202,3 +202,41 @@ def test_hidden_inputs_stay_hidden(graded: Callable[[str], dict[str, Any]], name
     page = feedback_html(record, course="Forgery course", title="vmap_convolve")
     on_page = _leaked(page, values)
     assert not on_page, f"{len(on_page)} hidden input values on the feedback page, e.g. {on_page[:10]}"
+
+
+# --------------------------------------------------------------------------- the evaluator's kept answers
+
+
+def test_the_evaluators_kept_answers_are_out_of_reach(graded: Callable[[str], dict[str, Any]], isolation: str) -> None:
+    """forge_poison_eval_answers exports the same lax.map modules as forge_lax_map_sequential,
+    graded before it, whose answers the trusted side kept (grader/host/eval_cache.py). It searched
+    the disk for those entries and rewrote every analysis to say "no loop", marking what it
+    wrote. Its verdicts are above; here, the folder: answers were kept (there was something to
+    find), the lax.map answers still say "loop", and nothing carries the mark."""
+    import json
+    import os
+
+    from grader.course.config import load_course
+    from grader.grading.grade import trusted_cache_dir
+    from grader.host.eval_cache import beside
+
+    if isolation != "bwrap":  # the answers are kept under bubblewrap only
+        if os.environ.get("JAXGRADE_REQUIRE_BWRAP", "") not in ("", "0"):
+            pytest.fail("bubblewrap is required (JAXGRADE_REQUIRE_BWRAP is set) but does not work here")
+        pytest.skip("the evaluator's answers are kept under bubblewrap only")
+    graded("vmap_convolve")
+    folder = beside(trusted_cache_dir(load_course(harness.ROOT).assignment("vmap_convolve")))
+    analyses = []
+    for path in folder.rglob("*"):
+        if not path.is_file():
+            continue
+        data = path.read_bytes()
+        assert b"forged_by" not in data, f"{path}: an entry was rewritten from a sandbox"
+        n = int.from_bytes(data[:8], "big")
+        header = json.loads(data[8 : 8 + n])
+        if isinstance(header.get("analysis"), dict):
+            analyses.append(header["analysis"])
+    assert analyses, f"{folder}: no answers were kept, so the forgery had nothing to find"
+    assert any(a.get("loops", 0) > 0 or a.get("batch_loops", 0) > 0 for a in analyses), (
+        "no kept answer says `loop`: lax.map's modules should have left some"
+    )
