@@ -10,7 +10,9 @@ and with the same --jobs:
 - grade: `jaxgrade grade` into a fresh --out (sandboxes, 49 tests), then again on the same --out
   (nothing to regrade);
 - check: one nbconvert run of examples/class/alice.ipynb (the one-notebook baseline), then
-  `jaxgrade check` on it twice (7 public tests).
+  `jaxgrade check --no-server` on it twice (7 public tests, each in a process of its own), then
+  `jaxgrade check` once (it leaves a check server) and three more times, 4 s apart (answered by
+  the server), then `jaxgrade check --watch`.
 
     pip install -e '.[bench]'          # nbconvert and otter-grader
     python bench/compare.py --copies 1 --jobs 2 [--skip otter] [--json figures.json]
@@ -148,10 +150,12 @@ def jaxgrade_grade(folder: Path, out: Path, jobs: int, cache: Path, *extra: str)
     return seconds
 
 
-def jaxgrade_check(notebook: Path) -> tuple[float, dict[str, Any]]:
-    cmd = jaxgrade("check", "--assignment", ASSIGNMENT, "--json", str(notebook))
+def jaxgrade_check(notebook: Path, cache: Path, *extra: str) -> tuple[float, dict[str, Any]]:
+    cmd = jaxgrade("check", "--assignment", ASSIGNMENT, "--json", *extra, str(notebook))
     t0 = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    # the bench's own folder, so the check server (grader/grading/check_server.py) is the bench's
+    env = {**os.environ, "JAXGRADE_CACHE_DIR": str(cache), "JAXGRADE_CHECK_SERVER": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
     seconds = time.monotonic() - t0
     try:
         record = json.loads(proc.stdout)
@@ -164,6 +168,16 @@ def jaxgrade_check(notebook: Path) -> tuple[float, dict[str, Any]]:
 
 WATCH_SAVES = 3
 WATCH_PAUSE = 4.0  # seconds between a result and the next save: a student reading it
+SERVED_CHECKS = 3
+
+
+def stop_check_servers(cache: Path) -> None:
+    """SIGTERM the check servers the bench's checks left (their pids are in their lock files)."""
+    for lock in (cache / "run").glob("check-*.lock"):
+        try:
+            os.kill(int(lock.read_text().split()[0]), signal.SIGTERM)
+        except (OSError, ValueError, IndexError):
+            pass
 
 
 def jaxgrade_check_watch(notebook: Path, work: Path) -> tuple[float, list[float], dict[str, Any]]:
@@ -341,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         paths = make_class(work / "class", args.copies)
         n = len(paths)
+        cache = work / "jaxgrade-cache"  # the bench's compilation cache, kept answers and check server
         if "nbconvert" not in skip:
             secs, done = run_all(nbconvert_commands(jupyter, paths, work / "nbconvert"), args.jobs)
             warn_failures("nbconvert", paths, done)
@@ -354,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(Row("otter", "otter run (execute + 49 tests, in the kernel)", n, secs, base))
             otter_graded = otter_scores(work / "otter-out", paths)
         if "grade" not in skip:
-            out, cache = work / "jaxgrade-out", work / "jaxgrade-cache"
+            out = work / "jaxgrade-out"
             secs = jaxgrade_grade(work / "class", out, args.jobs, cache)
             rows.append(Row("grade", "jaxgrade grade, first run (warms the cache)", n, secs, base))
             grade = jaxgrade_scores(out)  # read now: the rerun grades nothing and changes no record
@@ -373,12 +388,27 @@ def main(argv: list[str] | None = None) -> int:
                 secs, done = run_all(nbconvert_commands(jupyter, [CHECKED], work / "nbconvert-1"), 1)
                 warn_failures("nbconvert", [CHECKED], done)
                 rows.append(Row("nbconvert", single, 1, secs, single))
-            for run in ("1st", "2nd"):
-                secs, record = jaxgrade_check(CHECKED)
-                rows.append(Row("check", f"jaxgrade check {CHECKED.name} (7 tests), {run} run", 1, secs, single))
+            for run in ("1st", "2nd"):  # each in a process of its own, as before the check server
+                secs, record = jaxgrade_check(CHECKED, cache, "--no-server")
+                rows.append(Row("check", f"jaxgrade check --no-server {CHECKED.name}, {run} run", 1, secs, single))
                 figures[f"check_{run}_timings"] = {k: record["timings"][k] for k in TIMINGS if k in record["timings"]}
                 figures[f"check_{run}_score"] = record["score"]
                 figures["check_isolation"] = record.get("isolation", "")
+            try:
+                secs, record = jaxgrade_check(CHECKED, cache)
+                rows.append(Row("check", "jaxgrade check, 1st run (leaves a check server)", 1, secs, single))
+                served = []
+                for _ in range(SERVED_CHECKS):
+                    time.sleep(WATCH_PAUSE)  # the student reads the result, and edits
+                    secs, record = jaxgrade_check(CHECKED, cache)
+                    served.append(secs)
+                rows.append(
+                    Row("check", "jaxgrade check, next runs (the server; median)", 1, statistics.median(served), single)
+                )
+                figures["check_served_s"] = served
+                figures["check_served_timings"] = {k: record["timings"][k] for k in TIMINGS if k in record["timings"]}
+            finally:
+                stop_check_servers(cache)
             first, saves, record = jaxgrade_check_watch(CHECKED, work)
             rows.append(Row("check", "jaxgrade check --watch, first check", 1, first, single))
             rows.append(Row("check", "jaxgrade check --watch, a save (median)", 1, statistics.median(saves), single))
@@ -400,7 +430,11 @@ def main(argv: list[str] | None = None) -> int:
         print_timings(f"jaxgrade grade, first run, mean of {len(grade)}", figures.get("grade_timings", {}))
         print_timings("jaxgrade grade, next class (cache warm)", figures.get("grade_warm_timings", {}))
         for run in ("1st", "2nd"):
-            print_timings(f"jaxgrade check, {run} run", figures.get(f"check_{run}_timings", {}))
+            print_timings(f"jaxgrade check --no-server, {run} run", figures.get(f"check_{run}_timings", {}))
+        print_timings("jaxgrade check, served, last run", figures.get("check_served_timings", {}))
+        if "check_served_s" in figures:
+            each = ", ".join(f"{x:.2f}" for x in figures["check_served_s"])
+            print(f"  (check server: seconds per check: {each}; each {WATCH_PAUSE:g} s after the last result)")
         print_timings("jaxgrade check --watch, last save", figures.get("check_watch_timings", {}))
         if "check_watch_saves_s" in figures:
             each = ", ".join(f"{x:.2f}" for x in figures["check_watch_saves_s"])

@@ -32,6 +32,7 @@ from grader.course.config import (
     find_course_root,
     load_course,
 )
+from grader.grading import check_server
 from grader.grading.record import Record
 from grader.host.sandbox import (
     SandboxSetupError,
@@ -159,7 +160,24 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     _warn_isolation(args.isolation, err)
     if args.watch:
         return _watch(args, assignment, path, out, err)
-    rec = grade_many(assignment, [path], jobs=1, public_only=True, isolation=args.isolation)[path]
+    if check_server.serving():  # in a check server: the sandbox it started ahead, if it fits
+        from grader.grading.grade import grade_one
+
+        session = check_server.take_ahead(assignment, path, args.isolation)
+        if session is not None and not _ready_for(session, assignment):
+            session.close()
+            session = None
+        rec = grade_one(assignment, path, public_only=True, isolation=args.isolation, session=session)
+    else:
+        rec = grade_many(assignment, [path], jobs=1, public_only=True, isolation=args.isolation)[path]
+        if not args.no_server:
+            devices = assignment.config.devices
+            if check_server.start(assignment.course.root, assignment.name, path, args.isolation, devices):
+                print(
+                    f"(a checker stays ready in the background for {check_server.idle_seconds() / 60:g} min, "
+                    "so that your next check is faster; --no-server or JAXGRADE_CHECK_SERVER=0 to do without)",
+                    file=err,
+                )
     if args.json:
         print(rec.to_json(), file=out)
     else:
@@ -721,6 +739,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--watch",
         action="store_true",
         help="check again each time the notebook is saved, with the next sandbox started ahead (Ctrl-C to stop)",
+    )
+    c.add_argument(
+        "--no-server",
+        action="store_true",
+        help="check in this command only: do not use, or leave behind, the background checker that "
+        "keeps the next check's sandbox ready",
     )
     common(c)
     c.set_defaults(func=cmd_check)

@@ -18,6 +18,9 @@ NOTEBOOKS = Path(__file__).resolve().parent / "notebooks"
 if str(REPO) not in sys.path:  # the package is importable without `pip install -e .`
     sys.path.insert(0, str(REPO))
 
+# `jaxgrade check` leaves no background checker behind in the suite (grader/grading/check_server.py);
+# tests/grading/test_check_server.py turns it on for the commands it runs
+os.environ["JAXGRADE_CHECK_SERVER"] = "0"
 # The trusted compilation cache (grader/host/xla_cache.py) of this run only: a cache warmed by another
 # version of the code must not decide a test.  Subprocesses (the CLI) inherit it.
 if not os.environ.get("JAXGRADE_CACHE_DIR"):

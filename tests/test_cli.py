@@ -303,3 +303,17 @@ def test_a_pre_started_session_takes_its_notebook_once() -> None:
         Session("").load("{}")
     with pytest.raises(RuntimeError, match="notebook already"):
         Session('{"cells": []}').load("{}")
+
+
+def test_the_command_hands_a_check_to_a_server_before_it_loads_the_cli(monkeypatch: pytest.MonkeyPatch) -> None:
+    """grader.entry: a check a server answered is done (its exit code); anything else (no
+    server, declined, another command) goes to grader.cli.main with the same arguments."""
+    import grader.cli
+    from grader import entry
+    from grader.grading import check_server
+
+    ran: list[list[str]] = []
+    monkeypatch.setattr(grader.cli, "main", lambda argv: ran.append(argv) or 7)
+    monkeypatch.setattr(check_server, "client_main", lambda argv: 1 if argv[0] == "check" else None)
+    assert entry.main(["check", "hw.ipynb"]) == 1 and ran == []
+    assert entry.main(["list"]) == 7 and ran == [["list"]]

@@ -240,6 +240,7 @@ TOP_LEVEL = {
     "__init__.py",
     "__main__.py",
     "cli.py",
+    "entry.py",
     "errors.py",
     "testing.py",
     "checks.py",

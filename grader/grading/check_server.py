@@ -1,0 +1,449 @@
+"""A background checker that keeps the next ``jaxgrade check`` warm.
+
+A plain ``jaxgrade check`` spends most of its 3 s before the student's first cell runs: Python
+and the grader's imports, the sandbox, its kernel and ``import jax``.  ``check --watch`` hides
+that within one session of work; this does it across commands.  After a check that ran in
+its own process, ``jaxgrade check`` leaves a *check server*: a trusted process of the same user
+(this module, ``python -m grader.grading.check_server``) that starts the next sandbox at once,
+with no notebook in it, and waits.  The next ``jaxgrade check`` hands its command line to the
+server before the CLI is even imported (:func:`client_main`, from :mod:`grader.entry`); the
+server checks the notebook in the sandbox it started, sends back the text to print and the exit
+code, and starts the next sandbox.  It exits after :data:`IDLE` seconds without a check.
+
+What it changes, and what it does not:
+
+- **The sandbox is the same.**  The server runs the same ``cmd_check``, with the same limits and
+  isolation, and the course is read again for every check (edited tests count).  A sandbox
+  started ahead is used only if the limits, the sandbox environment and the notebook's folder
+  are those of the check, and both of its processes are alive; nothing of a submission is in
+  it before the check hands its notebook over.
+- **Only its user reaches it.**  The socket is in a folder of that user's, mode 0700
+  (``$JAXGRADE_CACHE_DIR/run``, else ``$XDG_RUNTIME_DIR/jaxgrade``, else
+  ``~/.cache/jaxgrade/run``), and every connection's peer credentials (``SO_PEERCRED``) must be
+  that uid.  No sandbox mounts the folder.  A folder that another user owns, or that others may
+  open, turns the server off.
+- **It runs what the check command runs, nothing else**: a command line that is not a plain
+  check, or an assignment that needs another device count than the server's JAX has, is
+  declined, and the command checks in its own process as before.
+- **One per installation**: the socket's name digests the grader's code and the Python that runs
+  it, so a changed grader starts a new server (the old one idles out).  A lock keeps a second
+  server for the same name from starting.
+- **Off** with ``jaxgrade check --no-server``, or ``JAXGRADE_CHECK_SERVER=0`` in the environment
+  (the test suite does that, except where it tests this).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import select
+import signal
+import socket
+import stat
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+#: Seconds a server waits for the next check before it exits (``JAXGRADE_CHECK_SERVER_IDLE``).
+IDLE = 600.0
+#: ``0`` turns the server off: never used, never started.
+ENV = "JAXGRADE_CHECK_SERVER"
+ENV_IDLE = "JAXGRADE_CHECK_SERVER_IDLE"
+#: The most bytes of a request or a reply.
+MAX_MESSAGE = 64 << 20
+#: An AF_UNIX path must fit in ``sun_path`` (108 bytes on Linux, with its NUL).
+MAX_SOCKET_PATH = 107
+#: How long a client waits to be accepted (a server busy with another check keeps it waiting
+#: longer, once accepted: the checks are taken in turn).
+CONNECT_TIMEOUT = 2.0
+
+
+class Declined(Exception):
+    """The server will not run this check (another device count): the command runs it itself."""
+
+
+# --------------------------------------------------------------------------- where
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "1").strip() not in ("0", "false", "no", "off")
+
+
+def idle_seconds() -> float:
+    try:
+        return max(1.0, float(os.environ.get(ENV_IDLE, IDLE)))
+    except ValueError:
+        return IDLE
+
+
+def run_dir() -> Path | None:
+    """The user's folder for the server's socket, lock and log, made 0700; None when it cannot
+    be trusted (another owner, open to others, not a folder)."""
+    explicit = os.environ.get("JAXGRADE_CACHE_DIR")
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if explicit:
+        folder = Path(explicit) / "run"
+    elif runtime:
+        folder = Path(runtime) / "jaxgrade"
+    else:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        folder = Path(base) / "jaxgrade" / "run"
+    try:
+        folder.mkdir(parents=True, mode=0o700, exist_ok=True)
+        st = folder.lstat()
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        return None
+    return folder
+
+
+def server_key() -> str:
+    """What a server is for: this grader's code (every file of the package), this Python
+    environment (its prefix: a venv), this user."""
+    h = hashlib.sha256(f"{sys.prefix}\0{sys.version}\0{os.getuid()}".encode())
+    root = Path(__file__).resolve().parents[1]
+    for path in sorted(root.rglob("*")):
+        if path.suffix in (".py", ".html", ".j2", ".txt") and path.is_file():
+            h.update(b"\0" + path.relative_to(root).as_posix().encode() + b"\0")
+            h.update(path.read_bytes())
+    return h.hexdigest()[:20]
+
+
+def socket_path() -> Path | None:
+    folder = run_dir()
+    if folder is None:
+        return None
+    path = folder / f"check-{server_key()}.sock"
+    return path if len(os.fsencode(path)) <= MAX_SOCKET_PATH else None
+
+
+# --------------------------------------------------------------------------- framing
+
+
+def _send(conn: socket.socket, message: dict[str, Any]) -> None:
+    data = json.dumps(message, ensure_ascii=False).encode("utf-8")
+    conn.sendall(struct.pack(">I", len(data)) + data)
+
+
+def _recv_exact(conn: socket.socket, n: int) -> bytes:
+    chunks, left = [], n
+    while left:
+        chunk = conn.recv(min(left, 1 << 20))
+        if not chunk:
+            raise ConnectionError("the other side closed the connection")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _recv(conn: socket.socket) -> dict[str, Any]:
+    (n,) = struct.unpack(">I", _recv_exact(conn, 4))
+    if n > MAX_MESSAGE:
+        raise ValueError(f"a message of {n} bytes")
+    message = json.loads(_recv_exact(conn, n).decode("utf-8"))
+    if not isinstance(message, dict):
+        raise ValueError("not a message")
+    return message
+
+
+# --------------------------------------------------------------------------- the client
+
+
+def wanted(argv: list[str]) -> bool:
+    """Whether this command line may be handed to a server: a check, not ``--watch`` (which keeps
+    its own sandbox ahead), not ``--no-server``, not a request for help.  The server parses it
+    with the real parser and declines anything else."""
+    if not enabled() or "check" not in argv:
+        return False
+    return not any(a in argv for a in ("--watch", "--no-server", "-h", "--help"))
+
+
+def client_main(argv: list[str], out: TextIO | None = None, err: TextIO | None = None) -> int | None:
+    """Run ``jaxgrade ARGV`` in a check server, if one is there and takes it: the exit code, with
+    the server's output printed; None when the command must run here (no server, declined, or
+    the server went away mid-check: the check is then run again here)."""
+    if not wanted(argv):
+        return None
+    path = socket_path()
+    if path is None or not path.exists():
+        return None
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.settimeout(CONNECT_TIMEOUT)
+        try:
+            conn.connect(str(path))
+        except OSError:
+            return None
+        conn.settimeout(None)
+        try:
+            _send(conn, {"argv": list(argv), "cwd": os.getcwd()})
+            reply = _recv(conn)
+        except (OSError, ValueError):
+            return None
+    except KeyboardInterrupt:
+        print("jaxgrade: interrupted", file=err or sys.stderr)
+        return 130
+    finally:
+        conn.close()
+    if "decline" in reply or not isinstance(reply.get("code"), int):
+        return None
+    (out or sys.stdout).write(str(reply.get("out", "")))
+    (err or sys.stderr).write(str(reply.get("err", "")))
+    return int(reply["code"])
+
+
+def start(course: Path, assignment: str, notebook: Path, isolation: str, devices: int) -> bool:
+    """Leave a server behind for the next check of ``notebook`` (after a check that ran in this
+    process); it starts that check's sandbox at once.  False when servers are off or there is no
+    trustworthy folder for one.  A server already there for the same key keeps its place (the
+    new one sees the lock and exits)."""
+    if not enabled():
+        return False
+    path = socket_path()
+    if path is None:
+        return False
+    cmd = [sys.executable, "-m", "grader.grading.check_server", "--socket", str(path)]
+    cmd += ["--course", str(course), "--assignment", assignment, "--notebook", str(Path(notebook).resolve())]
+    cmd += ["--isolation", isolation, "--devices", str(int(devices)), "--idle", str(idle_seconds())]
+    # this very package, wherever it is imported from (an install, or a checkout run with -m)
+    source = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [source, os.environ.get("PYTHONPATH")]))}
+    fd = os.open(path.with_suffix(".log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        subprocess.Popen(
+            cmd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=fd,
+            stderr=fd,
+            cwd="/",
+            start_new_session=True,  # not the terminal's: a Ctrl-C in the shell is not for it
+            close_fds=True,
+        )
+    finally:
+        os.close(fd)
+    return True
+
+
+# --------------------------------------------------------------------------- the server
+
+
+class _Serving:
+    """The server's state: its JAX's device count and the sandbox it started ahead."""
+
+    def __init__(self, devices: int) -> None:
+        self.devices = devices
+        self.ahead: Any = None  # a Session started with no notebook
+        self.ahead_for: tuple[str, str, str, str] | None = None
+        self.next: tuple[Any, Path, str] | None = None  # (assignment, notebook, isolation) to start ahead for
+        self.retire = False  # declined a check for its device count: make way for a server that fits
+
+
+_SERVING: _Serving | None = None
+
+
+def serving() -> bool:
+    """Whether this process is a check server (``cmd_check`` then takes its sandbox from here)."""
+    return _SERVING is not None
+
+
+def _for(assignment: Any, notebook: Path, isolation: str) -> tuple[str, str, str, str]:
+    return (str(assignment.course.root), assignment.name, str(Path(notebook).resolve().parent), isolation)
+
+
+def take_ahead(assignment: Any, notebook: Path, isolation: str) -> Any:
+    """In a server: the sandbox started ahead for this check, if it was started for this
+    assignment, folder and isolation (the caller still checks its limits and processes), else
+    None; :class:`Declined` for an assignment that needs another device count.  The next check
+    of the same notebook gets a sandbox started ahead after this one."""
+    state = _SERVING
+    if state is None:
+        return None
+    if assignment.config.devices != state.devices:
+        state.retire = True
+        raise Declined(
+            f"this server's JAX has {state.devices} device(s); {assignment.name} needs {assignment.config.devices}"
+        )
+    state.next = (assignment, Path(notebook), isolation)
+    session, state.ahead = state.ahead, None
+    if session is not None and state.ahead_for != _for(assignment, notebook, isolation):
+        session.close()
+        session = None
+    return session
+
+
+def _same_user(conn: socket.socket) -> bool:
+    try:
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except (OSError, AttributeError):
+        return False
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return uid == os.getuid()
+
+
+def _handle(conn: socket.socket) -> None:
+    from grader import cli
+
+    try:
+        request = _recv(conn)
+        argv, cwd = request.get("argv"), request.get("cwd")
+        if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv) or not isinstance(cwd, str):
+            raise ValueError("a malformed request")
+        os.chdir(cwd)
+    except (OSError, ValueError) as exc:
+        with contextlib.suppress(OSError):
+            _send(conn, {"decline": f"cannot take this request: {exc}"})
+        return
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                args = cli.build_parser().parse_args(argv)
+            except SystemExit:
+                reply: dict[str, Any] = {"decline": "not a command line this server runs"}
+            else:
+                if args.func is not cli.cmd_check or args.watch or args.no_server:
+                    reply = {"decline": "not a plain check"}
+                else:
+                    reply = {"code": cli.main(argv, out, err)}
+    except Declined as exc:
+        reply = {"decline": str(exc)}
+    if "code" in reply:
+        reply |= {"out": out.getvalue(), "err": err.getvalue()}
+    with contextlib.suppress(OSError):  # the student pressed Ctrl-C: nobody to tell
+        _send(conn, reply)
+
+
+def _start_ahead(state: _Serving) -> None:
+    """Start the sandbox for the next check of the notebook last checked."""
+    from grader.grading.grade import prestart
+
+    if state.next is None or state.ahead is not None:
+        return
+    assignment, notebook, isolation = state.next
+    try:
+        state.ahead = prestart(assignment, notebook, isolation)
+        state.ahead_for = _for(assignment, notebook, isolation)
+    except Exception as exc:  # the next check starts its own sandbox, and says why if it cannot
+        print(f"check server: could not start a sandbox ahead: {exc}", file=sys.stderr, flush=True)
+        state.ahead = None
+
+
+def serve(
+    path: Path, *, course: Path, assignment: str, notebook: Path, isolation: str, devices: int, idle: float
+) -> int:
+    """The server's life: take the lock, listen, start the first sandbox ahead, then answer
+    checks one at a time until ``idle`` seconds pass without one (or SIGTERM/SIGHUP)."""
+    global _SERVING
+    import fcntl
+
+    from grader.grading.grade import _set_trusted_devices
+
+    _set_trusted_devices(devices)  # before JAX starts in this process
+    lock = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return 0  # a server for this key is there already
+    os.ftruncate(lock, 0)
+    os.write(lock, f"{os.getpid()}\n".encode())
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        listener.bind(str(path))
+    finally:
+        os.umask(old)
+    listener.listen(16)
+    bound = path.stat().st_ino
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(0)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stop)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # not the terminal's to stop
+
+    from grader import cli
+    from grader.course.config import load_course
+    from grader.host.cgroups import protect_trusted
+    from grader.host.sandbox import remove_own_scratch
+
+    protect_trusted()
+    state = _Serving(devices)
+    _SERVING = state
+    try:
+        try:
+            first = load_course(course).assignment(assignment, staff=False)
+            state.next = (first, notebook, isolation)
+            _start_ahead(state)
+        except Exception as exc:
+            print(f"check server: nothing started ahead: {exc}", file=sys.stderr, flush=True)
+        import jax.numpy  # noqa: F401 - the checks' trusted side, warm before the first one
+        import pytest  # noqa: F401
+
+        cli.build_parser()
+        deadline = time.monotonic() + idle
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            ready, _, _ = select.select([listener], [], [], left)
+            if not ready:
+                continue
+            conn, _ = listener.accept()
+            with conn:
+                if _same_user(conn):
+                    _handle(conn)
+            if state.retire:
+                break
+            _start_ahead(state)
+            deadline = time.monotonic() + idle
+    finally:
+        _SERVING = None
+        if state.ahead is not None:
+            state.ahead.close()
+        remove_own_scratch()
+        with contextlib.suppress(OSError):
+            if path.stat().st_ino == bound:  # still ours (not a newer server's)
+                path.unlink()
+        listener.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m grader.grading.check_server", description=__doc__.splitlines()[0])
+    ap.add_argument("--socket", required=True, type=Path)
+    ap.add_argument("--course", required=True, type=Path)
+    ap.add_argument("--assignment", required=True)
+    ap.add_argument("--notebook", required=True, type=Path)
+    ap.add_argument("--isolation", default="auto")
+    ap.add_argument("--devices", type=int, default=1)
+    ap.add_argument("--idle", type=float, default=IDLE)
+    a = ap.parse_args(argv)
+    return serve(
+        a.socket,
+        course=a.course,
+        assignment=a.assignment,
+        notebook=a.notebook,
+        isolation=a.isolation,
+        devices=a.devices,
+        idle=a.idle,
+    )
+
+
+if __name__ == "__main__":
+    # run as grader.grading.check_server, the module cmd_check asks whether it is in a server
+    from grader.grading import check_server
+
+    sys.exit(check_server.main())

@@ -1,0 +1,254 @@
+"""The background checker that keeps the next `jaxgrade check` warm (grader/grading/check_server.py).
+
+The suite turns it off (tests/conftest.py); the tests here turn it on for the commands they run,
+each with its own run folder, and stop every server they leave."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from grader.grading import check_server
+from tests.minicourse import make_minicourse, notebook, procs_with
+
+
+def _env(cache: Path, tag: str, idle: float = 120) -> dict[str, str]:
+    return {
+        **os.environ,
+        "JAXGRADE_CHECK_SERVER": "1",
+        "JAXGRADE_CHECK_SERVER_IDLE": str(idle),
+        "JAXGRADE_CACHE_DIR": str(cache),
+        "JAXGRADE_TEST_TAG": tag,
+        "TMPDIR": str(cache / "tmp"),  # the sandboxes' scratch folders land here
+    }
+
+
+def _check(course: Path, nb: Path, env: dict[str, str], *extra: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "grader", "--course", str(course), "check", "--assignment", "double", *extra, str(nb)]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+
+
+def _wait(condition, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
+
+
+def _server_pid(run: Path) -> int:
+    (lock,) = run.glob("check-*.lock")
+    return int(lock.read_text().split()[0])
+
+
+def _scratch(cache: Path) -> list[str]:
+    """The kinds of sandbox scratch folders there: "sub" (a notebook's), "eval" (its evaluator's)."""
+    return sorted(p.name.split("-")[1] for p in (cache / "tmp").iterdir() if p.name.startswith("jaxgrade-"))
+
+
+@pytest.fixture
+def setup(tmp_path: Path):  # type: ignore[no-untyped-def]
+    course = make_minicourse(tmp_path / "course")
+    # the server's folder: short (a socket's path is at most 107 bytes), and reachable by another
+    # user once opened up (test_another_user_gets_no_answer), which pytest's tmp_path is not
+    cache = Path(tempfile.mkdtemp(prefix="jaxgrade-cs-"))
+    (cache / "tmp").mkdir()
+    tag = uuid.uuid4().hex
+    yield course, cache, tag
+    # whatever a failed test left: SIGTERM first, so that a server removes its sandboxes' folders
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in procs_with(tag):
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        deadline = time.monotonic() + 20
+        while procs_with(tag) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    shutil.rmtree(cache, ignore_errors=True)
+
+
+def test_a_check_leaves_a_server_and_the_next_check_uses_its_sandbox(setup, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A student's second check: answered by the server, in a sandbox it started after the first
+    one (no startup in the record), with the same result and output as a check of its own; a
+    wrong notebook's exit code too.  SIGTERM stops the server and leaves nothing behind."""
+    course, cache, tag = setup
+    env = _env(cache, tag)
+    nb = tmp_path / "hw.ipynb"
+    nb.write_text(notebook("full"), encoding="utf-8")
+    first = _check(course, nb, env, "--json")
+    assert first.returncode == 0, first.stderr
+    assert "a checker stays ready in the background" in first.stderr
+    run = cache / "run"
+    assert stat.S_IMODE(run.stat().st_mode) == 0o700
+    _wait(lambda: list(run.glob("check-*.sock")), 60, "no server started")
+    (sock,) = run.glob("check-*.sock")
+    assert stat.S_IMODE(sock.stat().st_mode) == 0o600
+    _wait(lambda: _scratch(cache) == ["eval", "sub"], 60, "no sandbox was started ahead")
+    time.sleep(4)  # the student reads the result; the sandbox's kernel is up by now
+
+    second = _check(course, nb, env, "--json")
+    assert second.returncode == 0, second.stderr
+    assert "a checker stays ready" not in second.stderr  # answered by the server, which starts none
+    a, b = json.loads(first.stdout), json.loads(second.stdout)
+    assert b["timings"]["startup"] < 0.05 < a["timings"]["startup"]  # the sandbox was started ahead
+    assert (
+        (b["score"], b["max_score"], b["status"]) == (a["score"], a["max_score"], a["status"]) == (2.0, 2.0, "graded")
+    )
+    assert [(t["name"], t["status"]) for t in b["tests"]] == [(t["name"], t["status"]) for t in a["tests"]]
+
+    nb.write_text(notebook("zero"), encoding="utf-8")  # an edit: a wrong notebook, text output
+    served = _check(course, nb, env)
+    local = _check(course, nb, env, "--no-server")
+    assert served.returncode == local.returncode == 1
+    assert served.stdout == local.stdout and "double" in served.stdout
+
+    pid = _server_pid(run)
+    os.kill(pid, signal.SIGTERM)
+    _wait(lambda: not list(run.glob("check-*.sock")), 30, "the server did not stop")
+    _wait(lambda: not procs_with(tag) and not _scratch(cache), 30, f"left: {procs_with(tag)} {_scratch(cache)}")
+
+
+def test_an_idle_server_exits_and_cleans_up(setup, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    course, cache, tag = setup
+    nb = tmp_path / "hw.ipynb"
+    nb.write_text(notebook("full"), encoding="utf-8")
+    assert _check(course, nb, _env(cache, tag, idle=3)).returncode == 0
+    run = cache / "run"
+    _wait(lambda: list(run.glob("check-*.sock")), 60, "no server started")
+    _wait(lambda: not list(run.glob("check-*.sock")), 60, "the idle server did not exit")
+    _wait(lambda: not procs_with(tag) and not _scratch(cache), 30, f"left: {procs_with(tag)} {_scratch(cache)}")
+
+
+def test_no_server_is_left_when_it_is_turned_off(setup, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    course, cache, tag = setup
+    nb = tmp_path / "hw.ipynb"
+    nb.write_text(notebook("full"), encoding="utf-8")
+    for env, extra in ((_env(cache, tag), ("--no-server",)), ({**_env(cache, tag), "JAXGRADE_CHECK_SERVER": "0"}, ())):
+        done = _check(course, nb, env, *extra)
+        assert done.returncode == 0 and "background" not in done.stderr
+    time.sleep(1)
+    assert not (cache / "run").exists() or not list((cache / "run").glob("check-*.sock"))
+    assert procs_with(tag) == []
+
+
+def test_another_user_gets_no_answer(setup, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Even with the folder and socket opened to everyone, a connection from another uid is
+    closed without a reply (its peer credentials are checked), and the server goes on."""
+    if os.getuid() != 0 or not Path("/usr/bin/setpriv").exists():
+        pytest.skip("needs root and setpriv to connect as another user")
+    course, cache, tag = setup
+    env = _env(cache, tag)
+    nb = tmp_path / "hw.ipynb"
+    nb.write_text(notebook("full"), encoding="utf-8")
+    assert _check(course, nb, env).returncode == 0
+    run = cache / "run"
+    _wait(lambda: list(run.glob("check-*.sock")), 60, "no server started")
+    (sock,) = run.glob("check-*.sock")
+    for p in (cache, run):
+        p.chmod(0o755)
+    sock.chmod(0o777)
+    request = json.dumps({"argv": ["check", str(nb)], "cwd": "/"}).encode()
+    probe = (
+        "import socket, struct, sys\n"
+        f"s = socket.socket(socket.AF_UNIX); s.connect({str(sock)!r})\n"
+        f"s.sendall(struct.pack('>I', {len(request)}) + {request!r})\n"
+        "try:\n"
+        "    print(repr(s.recv(100)))\n"
+        "except ConnectionResetError:\n"  # closed before it read the request
+        "    print(repr(b''))\n"
+    )
+    other = subprocess.run(
+        ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert other.returncode == 0, other.stderr
+    assert other.stdout.strip() == "b''"  # closed, unanswered
+    run.chmod(0o700)
+    _wait(lambda: _scratch(cache) == ["eval", "sub"], 60, "no sandbox was started ahead")
+    time.sleep(4)
+    second = _check(course, nb, env, "--json")  # the server is still there for its user
+    assert second.returncode == 0 and json.loads(second.stdout)["timings"]["startup"] < 0.05, second.stderr
+    os.kill(_server_pid(run), signal.SIGTERM)
+    _wait(lambda: not procs_with(tag), 30, "the server did not stop")
+
+
+# --------------------------------------------------------------------------- units
+
+
+def test_only_a_plain_check_is_handed_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JAXGRADE_CHECK_SERVER", "1")
+    assert check_server.wanted(["check", "hw.ipynb"])
+    assert check_server.wanted(["--course", "c", "check", "--json", "hw.ipynb"])
+    for argv in (["check", "--watch", "hw.ipynb"], ["check", "--no-server", "hw.ipynb"], ["check", "-h"], ["list"]):
+        assert not check_server.wanted(argv), argv
+    monkeypatch.setenv("JAXGRADE_CHECK_SERVER", "0")
+    assert not check_server.wanted(["check", "hw.ipynb"])
+
+
+def test_the_server_declines_what_is_not_a_plain_check(tmp_path: Path) -> None:
+    """Whatever reaches the socket, only `check` runs there: any other command, `--watch`, a
+    malformed request or a bad command line is declined, and the command runs it itself."""
+    import struct
+
+    for request in (
+        {"argv": ["grade", "--assignment", "double", "--out", str(tmp_path / "out"), "x.ipynb"], "cwd": str(tmp_path)},
+        {"argv": ["check", "--watch", "x.ipynb"], "cwd": str(tmp_path)},
+        {"argv": ["check", "--no-such-option"], "cwd": str(tmp_path)},
+        {"argv": "check x.ipynb", "cwd": str(tmp_path)},
+        {"argv": ["check", "x.ipynb"], "cwd": str(tmp_path / "gone")},
+    ):
+        a, b = socket.socketpair()
+        with a, b:
+            data = json.dumps(request).encode()
+            a.sendall(struct.pack(">I", len(data)) + data)
+            check_server._handle(b)
+            reply = check_server._recv(a)
+        assert "decline" in reply and "code" not in reply, (request, reply)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_server_declines_another_device_count_and_makes_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    state = check_server._Serving(devices=1)
+    monkeypatch.setattr(check_server, "_SERVING", state)
+    four = SimpleNamespace(name="pmap", config=SimpleNamespace(devices=4), course=SimpleNamespace(root=Path("/c")))
+    with pytest.raises(check_server.Declined, match="4"):
+        check_server.take_ahead(four, Path("/c/hw.ipynb"), "auto")
+    assert state.retire
+
+
+def test_a_sandbox_started_ahead_serves_only_its_notebooks_folder(monkeypatch: pytest.MonkeyPatch) -> None:
+    closed = []
+    ahead = SimpleNamespace(close=lambda: closed.append(True))
+    state = check_server._Serving(devices=1)
+    monkeypatch.setattr(check_server, "_SERVING", state)
+    one = SimpleNamespace(name="double", config=SimpleNamespace(devices=1), course=SimpleNamespace(root=Path("/c")))
+    state.ahead, state.ahead_for = ahead, check_server._for(one, Path("/home/s/hw/a.ipynb"), "bwrap")
+    assert check_server.take_ahead(one, Path("/home/s/hw/b.ipynb"), "bwrap") is ahead  # same folder
+    state.ahead, state.ahead_for = ahead, check_server._for(one, Path("/home/s/hw/a.ipynb"), "bwrap")
+    assert check_server.take_ahead(one, Path("/home/s/other/a.ipynb"), "bwrap") is None  # another folder
+    assert closed == [True] and state.ahead is None
+    assert state.next is not None and state.next[1] == Path("/home/s/other/a.ipynb")  # started ahead next
+
+
+def test_a_run_folder_others_can_open_turns_the_server_off(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("JAXGRADE_CHECK_SERVER", "1")
+    monkeypatch.setenv("JAXGRADE_CACHE_DIR", str(tmp_path))
+    assert check_server.run_dir() == tmp_path / "run"
+    (tmp_path / "run").chmod(0o755)
+    assert check_server.run_dir() is None and check_server.socket_path() is None
+    assert check_server.client_main(["check", "hw.ipynb"]) is None  # the command checks on its own
