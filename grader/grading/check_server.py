@@ -39,6 +39,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import select
 import signal
 import socket
@@ -94,6 +95,7 @@ def run_dir() -> Path | None:
     else:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         folder = Path(base) / "jaxgrade" / "run"
+    folder = Path(os.path.abspath(folder))
     try:
         folder.mkdir(parents=True, mode=0o700, exist_ok=True)
         st = folder.lstat()
@@ -101,18 +103,53 @@ def run_dir() -> Path | None:
         return None
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
         return None
-    return folder
+    return folder if _nobody_else_can_swap(folder.parent) else None
+
+
+def _nobody_else_can_swap(folder: Path) -> bool:
+    """Whether no other user can rename ``folder`` or any folder above it (and so put another
+    user's socket where ours is looked for): each is ours or root's, and open to writing by
+    others only with the sticky bit (``/tmp``), as ssh asks of the folders above its keys."""
+    uid = os.getuid()
+    for d in (folder, *folder.parents):
+        try:
+            st = d.lstat()
+        except OSError:
+            return False
+        if st.st_uid not in (0, uid) or (st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX):
+            return False
+    return True
+
+
+#: Installed packages whose upgrade a server must not outlive (their ``__init__.py`` is
+#: rewritten by an install: its path, size and mtime go into the key, found without importing).
+KEYED_PACKAGES = ("jax", "jaxlib", "numpy", "pytest", "nbclient", "jupyter_client", "ipykernel")
+#: Environment variables a served check must share with the command (what the grader reads).
+KEYED_ENV = re.compile(r"^(JAXGRADE_|JAX_|XLA_|TMPDIR$|PATH$|PYTHONPATH$|HOME$)")
 
 
 def server_key() -> str:
     """What a server is for: this grader's code (every file of the package), this Python
-    environment (its prefix: a venv), this user."""
+    environment (its prefix: a venv) and the packages above as installed, the environment
+    variables the grader reads, this user.  A server is never asked by a command that differs."""
+    import importlib.util
+
     h = hashlib.sha256(f"{sys.prefix}\0{sys.version}\0{os.getuid()}".encode())
     root = Path(__file__).resolve().parents[1]
     for path in sorted(root.rglob("*")):
         if path.suffix in (".py", ".html", ".j2", ".txt") and path.is_file():
             h.update(b"\0" + path.relative_to(root).as_posix().encode() + b"\0")
             h.update(path.read_bytes())
+    for name in KEYED_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        origin = spec.origin if spec is not None else None
+        try:
+            st = os.stat(origin) if origin else None
+        except OSError:
+            st = None
+        h.update(f"\0{name}={origin}:{st and st.st_size}:{st and st.st_mtime_ns}".encode())
+    for key in sorted(k for k in os.environ if KEYED_ENV.match(k) and k not in (ENV,)):
+        h.update(f"\0{key}={os.environ[key]}".encode())
     return h.hexdigest()[:20]
 
 
@@ -181,11 +218,13 @@ def client_main(argv: list[str], out: TextIO | None = None, err: TextIO | None =
             conn.connect(str(path))
         except OSError:
             return None
+        if not _same_user(conn):  # a socket that another user's process answers: not ours
+            return None
         conn.settimeout(None)
         try:
             _send(conn, {"argv": list(argv), "cwd": os.getcwd()})
             reply = _recv(conn)
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             return None
     except KeyboardInterrupt:
         print("jaxgrade: interrupted", file=err or sys.stderr)
@@ -194,8 +233,10 @@ def client_main(argv: list[str], out: TextIO | None = None, err: TextIO | None =
         conn.close()
     if "decline" in reply or not isinstance(reply.get("code"), int):
         return None
-    (out or sys.stdout).write(str(reply.get("out", "")))
+    # warnings (stderr) come before the result, as a check in its own process prints them
     (err or sys.stderr).write(str(reply.get("err", "")))
+    (err or sys.stderr).flush()
+    (out or sys.stdout).write(str(reply.get("out", "")))
     return int(reply["code"])
 
 
@@ -209,13 +250,19 @@ def start(course: Path, assignment: str, notebook: Path, isolation: str, devices
     path = socket_path()
     if path is None:
         return False
-    cmd = [sys.executable, "-m", "grader.grading.check_server", "--socket", str(path)]
+    cmd = [sys.executable, "-m", "grader.grading.check_server", "--socket", str(path)]  # absolute
     cmd += ["--course", str(course), "--assignment", assignment, "--notebook", str(Path(notebook).resolve())]
     cmd += ["--isolation", isolation, "--devices", str(int(devices)), "--idle", str(idle_seconds())]
-    # this very package, wherever it is imported from (an install, or a checkout run with -m)
+    # this very package: a checkout run with `python -m grader` is not on the server's path
+    # (it starts in /), an installed one is (and its site-packages must not go before the stdlib)
+    import site
+
     source = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [source, os.environ.get("PYTHONPATH")]))}
-    fd = os.open(path.with_suffix(".log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    env = dict(os.environ)
+    if source not in {*site.getsitepackages(), site.getusersitepackages()}:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [source, os.environ.get("PYTHONPATH")]))
+    # appended to (a server already running keeps its log); the server that gets the lock empties it
+    fd = os.open(path.with_suffix(".log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
     try:
         subprocess.Popen(
             cmd,
@@ -236,14 +283,17 @@ def start(course: Path, assignment: str, notebook: Path, isolation: str, devices
 
 
 class _Serving:
-    """The server's state: its JAX's device count and the sandbox it started ahead."""
+    """The server's state: the course it serves, its JAX's device count, the sandbox it started ahead."""
 
-    def __init__(self, devices: int) -> None:
+    def __init__(self, devices: int, course: Path | None = None) -> None:
         self.devices = devices
+        self.course = str(course) if course is not None else None
         self.ahead: Any = None  # a Session started with no notebook
         self.ahead_for: tuple[str, str, str, str] | None = None
         self.next: tuple[Any, Path, str] | None = None  # (assignment, notebook, isolation) to start ahead for
-        self.retire = False  # declined a check for its device count: make way for a server that fits
+        self.retire = False  # declined a check (another course, another device count): make way
+        self.busy = False  # a check is running
+        self.stopping = False  # SIGTERM/SIGHUP came during a check: stop after it
 
 
 _SERVING: _Serving | None = None
@@ -261,11 +311,16 @@ def _for(assignment: Any, notebook: Path, isolation: str) -> tuple[str, str, str
 def take_ahead(assignment: Any, notebook: Path, isolation: str) -> Any:
     """In a server: the sandbox started ahead for this check, if it was started for this
     assignment, folder and isolation (the caller still checks its limits and processes), else
-    None; :class:`Declined` for an assignment that needs another device count.  The next check
+    None; :class:`Declined` for another course or an assignment that needs another device count
+    (the server then exits after saying so, to make way for one that fits).  The next check
     of the same notebook gets a sandbox started ahead after this one."""
     state = _SERVING
     if state is None:
         return None
+    if state.course is not None and str(assignment.course.root) != state.course:
+        # the course's test code runs in this process: one course per server, whatever it leaves
+        state.retire = True
+        raise Declined(f"this server checks the course in {state.course}")
     if assignment.config.devices != state.devices:
         state.retire = True
         raise Declined(
@@ -288,37 +343,91 @@ def _same_user(conn: socket.socket) -> bool:
     return uid == os.getuid()
 
 
-def _handle(conn: socket.socket) -> None:
+#: Seconds a connection may take to send its request (a peer that sends nothing must not hold
+#: the server, and every check after it, for ever).
+REQUEST_TIMEOUT = 10.0
+
+
+def _handle(conn: socket.socket, state: _Serving | None = None) -> None:
+    """Answer one connection: a plain check is run as the command would run it, with its output
+    captured; anything else is declined.  A client that goes away (Ctrl-C) stops its check."""
     from grader import cli
 
     try:
+        conn.settimeout(REQUEST_TIMEOUT)
         request = _recv(conn)
         argv, cwd = request.get("argv"), request.get("cwd")
         if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv) or not isinstance(cwd, str):
             raise ValueError("a malformed request")
         os.chdir(cwd)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         with contextlib.suppress(OSError):
             _send(conn, {"decline": f"cannot take this request: {exc}"})
         return
     out, err = io.StringIO(), io.StringIO()
+    reply: dict[str, Any]
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 args = cli.build_parser().parse_args(argv)
             except SystemExit:
-                reply: dict[str, Any] = {"decline": "not a command line this server runs"}
+                args = None
+            if args is None:
+                reply = {"decline": "not a command line this server runs"}
+            elif args.func is not cli.cmd_check or args.watch or args.no_server:
+                reply = {"decline": "not a plain check"}
             else:
-                if args.func is not cli.cmd_check or args.watch or args.no_server:
-                    reply = {"decline": "not a plain check"}
-                else:
-                    reply = {"code": cli.main(argv, out, err)}
+                reply = {"code": _run_check(cli, argv, args, conn, out, err, state)}
     except Declined as exc:
         reply = {"decline": str(exc)}
     if "code" in reply:
         reply |= {"out": out.getvalue(), "err": err.getvalue()}
     with contextlib.suppress(OSError):  # the student pressed Ctrl-C: nobody to tell
         _send(conn, reply)
+
+
+def _run_check(cli: Any, argv: list[str], args: Any, conn: socket.socket, out: TextIO, err: TextIO, state: Any) -> int:
+    """``cli.main(argv)``, with this check's own log handler, while a thread watches the
+    client: if it goes away (the student pressed Ctrl-C), the check is interrupted as a Ctrl-C
+    interrupts a check in its own process (the sandbox is closed, nothing is kept)."""
+    import logging
+    import threading
+
+    root = logging.getLogger()
+    handler = logging.StreamHandler(err)
+    saved = (root.handlers[:], root.level)
+    root.handlers[:] = [handler]  # cli.main's basicConfig then keeps it
+    root.setLevel(logging.INFO if args.verbose else logging.WARNING)
+    done = threading.Event()
+    interrupted = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.2):
+            try:
+                readable, _, _ = select.select([conn], [], [], 0)
+                gone = bool(readable) and not conn.recv(1, socket.MSG_PEEK)
+            except (OSError, ValueError):
+                gone = True
+            if gone and not done.is_set():
+                interrupted.set()
+                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+                return
+
+    watcher = threading.Thread(target=watch, name="check-server-client", daemon=True)
+    if state is not None:
+        state.busy = True
+    watcher.start()
+    try:
+        return int(cli.main(argv, out, err))
+    except KeyboardInterrupt:  # the watcher's, caught outside cli.main's own handling
+        return 130
+    finally:
+        done.set()
+        watcher.join()
+        if state is not None:
+            state.busy = False
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
 
 
 def _start_ahead(state: _Serving) -> None:
@@ -354,6 +463,8 @@ def serve(
         return 0  # a server for this key is there already
     os.ftruncate(lock, 0)
     os.write(lock, f"{os.getpid()}\n".encode())
+    with contextlib.suppress(OSError):  # the log (stderr) is this server's from now on
+        os.ftruncate(2, 0)
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -365,12 +476,19 @@ def serve(
     listener.listen(16)
     bound = path.stat().st_ino
 
+    state = _Serving(devices, course)
+
     def stop(signum: int, frame: Any) -> None:
-        raise SystemExit(0)
+        if state.busy:  # pytest would take the exception for the running test's: stop after it
+            state.stopping = True
+        else:
+            raise SystemExit(0)
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, stop)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # not the terminal's to stop
+    # SIGINT is how a check is interrupted when its client goes away (_run_check's watcher); the
+    # server is in a session of its own, so the terminal's Ctrl-C never reaches it
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     from grader import cli
     from grader.course.config import load_course
@@ -378,7 +496,6 @@ def serve(
     from grader.host.sandbox import remove_own_scratch
 
     protect_trusted()
-    state = _Serving(devices)
     _SERVING = state
     try:
         try:
@@ -399,11 +516,14 @@ def serve(
             ready, _, _ = select.select([listener], [], [], left)
             if not ready:
                 continue
-            conn, _ = listener.accept()
-            with conn:
-                if _same_user(conn):
-                    _handle(conn)
-            if state.retire:
+            try:
+                conn, _ = listener.accept()
+                with conn:
+                    if _same_user(conn):
+                        _handle(conn, state)
+            except KeyboardInterrupt:  # an interruption that came as its check ended: nothing to stop
+                pass
+            if state.retire or state.stopping:
                 break
             _start_ahead(state)
             deadline = time.monotonic() + idle

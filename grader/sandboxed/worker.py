@@ -68,7 +68,7 @@ async def _until_ready(kc: Any, timeout: float) -> None:
             pass
         if reply is not None:
             try:
-                while True:
+                while time.monotonic() < deadline:  # a kernel that prints for ever is not ready
                     msg = await ensure_async(kc.get_iopub_msg(timeout=0.2))
                     if (
                         msg.get("msg_type") == "status"
@@ -514,7 +514,8 @@ def main(argv: list[str] | None = None) -> int:
     protocol.write_frame(proto_out, messages.Ready(startup=round(time.monotonic() - t0, 3)).encode())
 
     execute = _expect(proto_in, messages.Execute)
-    if execute is None:
+    if execute is None:  # closed (or garbage) before any notebook: the kernel goes with the worker
+        runner.kill()
         return 2
     import nbformat
 
