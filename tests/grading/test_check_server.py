@@ -337,3 +337,26 @@ def test_a_run_folder_under_a_folder_others_may_swap_turns_the_server_off(tmp_pa
     assert not check_server._nobody_else_can_swap(shared / "mine")
     shared.chmod(0o1777)  # /tmp's way: only the owner may
     assert check_server._nobody_else_can_swap(shared / "mine")
+
+
+def test_sigterm_during_a_served_check_stops_the_server_after_it(setup, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """pytest would take a SystemExit raised inside a test for that test's failure: the check
+    in progress ends as it would have, its student gets the right result, then the server stops."""
+    course, cache, tag = setup
+    env = _env(cache, tag)
+    nb = tmp_path / "hw.ipynb"
+    nb.write_text(notebook("full"), encoding="utf-8")
+    assert _check(course, nb, env).returncode == 0
+    run = cache / "run"
+    _wait(lambda: list(run.glob("check-*.sock")), 60, "no server started")
+    pid = _server_pid(run)
+    nb.write_text(build_notebook("import time\ntime.sleep(4)", SOURCES_FULL), encoding="utf-8")
+    cmd = [sys.executable, "-m", "grader", "--course", str(course), "check", "--assignment", "double", "--json"]
+    client = subprocess.Popen([*cmd, str(nb)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    time.sleep(2.5)  # in the sleeping cell, or its tests
+    os.kill(pid, signal.SIGTERM)
+    stdout, stderr = client.communicate(timeout=120)
+    assert client.returncode == 0, stderr
+    record = json.loads(stdout)
+    assert record["score"] == record["max_score"] == 2.0 and "a checker stays ready" not in stderr
+    _wait(lambda: not _left(cache, tag) and not _scratch(cache), 30, f"left: {_left(cache, tag)} {_scratch(cache)}")
