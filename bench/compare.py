@@ -172,8 +172,22 @@ SERVED_CHECKS = 3
 
 
 def stop_check_servers(cache: Path) -> None:
-    """SIGTERM the check servers the bench's checks left (their pids are in their lock files)."""
+    """SIGTERM the check servers the bench's checks left: the pid in a lock file that a server
+    still holds (a lock nobody holds names a process that is gone)."""
+    import fcntl
+
     for lock in (cache / "run").glob("check-*.lock"):
+        try:
+            fd = os.open(lock, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            continue  # not held: no server
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
         try:
             os.kill(int(lock.read_text().split()[0]), signal.SIGTERM)
         except (OSError, ValueError, IndexError):

@@ -1,8 +1,10 @@
 """The ``jaxgrade`` command line: ``check``, ``grade``, ``export``, ``post``, ``gradescope``, ``release``,
 ``new``, ``validate``, ``list``.
 
-The library never prints; this module does.  ``main(argv) -> int`` is the testable entry point,
-and :func:`_fail` is the one place that turns an expected error into a message and a TIP.
+The library never prints; this module does (and the check server's client, which writes what a
+server running this module sent back: grader/grading/check_server.py).  ``main(argv) -> int`` is
+the testable entry point (the ``jaxgrade`` command is :func:`grader.entry.main`), and
+:func:`_fail` is the one place that turns an expected error into a message and a TIP.
 """
 
 from __future__ import annotations

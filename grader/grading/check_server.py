@@ -25,9 +25,12 @@ What it changes, and what it does not:
 - **It runs what the check command runs, nothing else**: a command line that is not a plain
   check, or an assignment that needs another device count than the server's JAX has, is
   declined, and the command checks in its own process as before.
-- **One per installation**: the socket's name digests the grader's code and the Python that runs
-  it, so a changed grader starts a new server (the old one idles out).  A lock keeps a second
-  server for the same name from starting.
+- **One per installation and environment**: the socket's name digests the grader's code, the
+  Python environment, the installed JAX and the packages a check runs, the environment variables
+  the grader reads and the user (:func:`server_key`), so a changed grader starts a new server (the
+  old one idles out).  A lock keeps a second server for the same name from starting.
+- **One course per server**: the course's test code runs in the server's process, so a check of
+  another course is declined, and the server makes way for one of that course.
 - **Off** with ``jaxgrade check --no-server``, or ``JAXGRADE_CHECK_SERVER=0`` in the environment
   (the test suite does that, except where it tests this).
 """
@@ -66,7 +69,7 @@ CONNECT_TIMEOUT = 2.0
 
 
 class Declined(Exception):
-    """The server will not run this check (another device count): the command runs it itself."""
+    """The server will not run this check (another course, another device count): the command runs it itself."""
 
 
 # --------------------------------------------------------------------------- where
@@ -169,9 +172,14 @@ def _send(conn: socket.socket, message: dict[str, Any]) -> None:
     conn.sendall(struct.pack(">I", len(data)) + data)
 
 
-def _recv_exact(conn: socket.socket, n: int) -> bytes:
+def _recv_exact(conn: socket.socket, n: int, deadline: float | None = None) -> bytes:
     chunks, left = [], n
     while left:
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("the request did not arrive in time")
+            conn.settimeout(remaining)
         chunk = conn.recv(min(left, 1 << 20))
         if not chunk:
             raise ConnectionError("the other side closed the connection")
@@ -180,11 +188,12 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes:
     return b"".join(chunks)
 
 
-def _recv(conn: socket.socket) -> dict[str, Any]:
-    (n,) = struct.unpack(">I", _recv_exact(conn, 4))
+def _recv(conn: socket.socket, deadline: float | None = None) -> dict[str, Any]:
+    """One message; with ``deadline`` (``time.monotonic()``), all of it must have arrived by then."""
+    (n,) = struct.unpack(">I", _recv_exact(conn, 4, deadline))
     if n > MAX_MESSAGE:
         raise ValueError(f"a message of {n} bytes")
-    message = json.loads(_recv_exact(conn, n).decode("utf-8"))
+    message = json.loads(_recv_exact(conn, n, deadline).decode("utf-8"))
     if not isinstance(message, dict):
         raise ValueError("not a message")
     return message
@@ -326,7 +335,7 @@ def take_ahead(assignment: Any, notebook: Path, isolation: str) -> Any:
         raise Declined(
             f"this server's JAX has {state.devices} device(s); {assignment.name} needs {assignment.config.devices}"
         )
-    state.next = (assignment, Path(notebook), isolation)
+    state.next = (assignment, Path(notebook).resolve(), isolation)
     session, state.ahead = state.ahead, None
     if session is not None and state.ahead_for != _for(assignment, notebook, isolation):
         session.close()
@@ -354,8 +363,16 @@ def _handle(conn: socket.socket, state: _Serving | None = None) -> None:
     from grader import cli
 
     try:
-        conn.settimeout(REQUEST_TIMEOUT)
-        request = _recv(conn)
+        return _answer(cli, conn, state)
+    finally:
+        with contextlib.suppress(OSError):
+            os.chdir("/")  # not the student's folder between checks
+
+
+def _answer(cli: Any, conn: socket.socket, state: _Serving | None) -> None:
+    try:
+        request = _recv(conn, time.monotonic() + REQUEST_TIMEOUT)
+        conn.settimeout(None)
         argv, cwd = request.get("argv"), request.get("cwd")
         if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv) or not isinstance(cwd, str):
             raise ValueError("a malformed request")
@@ -380,9 +397,15 @@ def _handle(conn: socket.socket, state: _Serving | None = None) -> None:
                 reply = {"code": _run_check(cli, argv, args, conn, out, err, state)}
     except Declined as exc:
         reply = {"decline": str(exc)}
+    except Exception:  # a bug of ours: the command checks on its own and shows it; the server goes on
+        import traceback
+
+        traceback.print_exc()
+        reply = {"decline": "the check server failed; checking here"}
     if "code" in reply:
         reply |= {"out": out.getvalue(), "err": err.getvalue()}
     with contextlib.suppress(OSError):  # the student pressed Ctrl-C: nobody to tell
+        conn.settimeout(REQUEST_TIMEOUT)  # nor may a client that does not read hold the server
         _send(conn, reply)
 
 
@@ -399,7 +422,7 @@ def _run_check(cli: Any, argv: list[str], args: Any, conn: socket.socket, out: T
     root.handlers[:] = [handler]  # cli.main's basicConfig then keeps it
     root.setLevel(logging.INFO if args.verbose else logging.WARNING)
     done = threading.Event()
-    interrupted = threading.Event()
+    lock = threading.Lock()  # the watcher interrupts only while the check runs: never after it
 
     def watch() -> None:
         while not done.wait(0.2):
@@ -408,9 +431,10 @@ def _run_check(cli: Any, argv: list[str], args: Any, conn: socket.socket, out: T
                 gone = bool(readable) and not conn.recv(1, socket.MSG_PEEK)
             except (OSError, ValueError):
                 gone = True
-            if gone and not done.is_set():
-                interrupted.set()
-                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+            if gone:
+                with lock:
+                    if not done.is_set():
+                        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
                 return
 
     watcher = threading.Thread(target=watch, name="check-server-client", daemon=True)
@@ -418,16 +442,19 @@ def _run_check(cli: Any, argv: list[str], args: Any, conn: socket.socket, out: T
         state.busy = True
     watcher.start()
     try:
-        return int(cli.main(argv, out, err))
-    except KeyboardInterrupt:  # the watcher's, caught outside cli.main's own handling
+        try:
+            return int(cli.main(argv, out, err))
+        finally:
+            with lock:
+                done.set()
+    except KeyboardInterrupt:  # the watcher's, come just as cli.main was returning
         return 130
     finally:
-        done.set()
-        watcher.join()
         if state is not None:
             state.busy = False
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
+        watcher.join()
 
 
 def _start_ahead(state: _Serving) -> None:
@@ -474,7 +501,7 @@ def serve(
     finally:
         os.umask(old)
     listener.listen(16)
-    bound = path.stat().st_ino
+    lock_path = path.with_suffix(".lock")
 
     state = _Serving(devices, course)
 
@@ -533,9 +560,14 @@ def serve(
             state.ahead.close()
         remove_own_scratch()
         with contextlib.suppress(OSError):
-            if path.stat().st_ino == bound:  # still ours (not a newer server's)
+            # still ours: the lock file there is the one this process holds (the folder was not
+            # removed and remade for a newer server meanwhile)
+            mine, there = os.fstat(lock), os.stat(lock_path)
+            if (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino):
                 path.unlink()
+                lock_path.unlink()
         listener.close()
+        os.close(lock)
     return 0
 
 

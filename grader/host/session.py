@@ -319,21 +319,25 @@ class Session:
         try:
             worker = self.worker
             if self.isolation == "process" and worker is not None and worker.proc is not None and worker.alive():
-                try:
-                    if worker.proc.stdin is not None:
-                        worker.proc.stdin.close()
-                    worker.proc.wait(timeout=2)
-                except Exception:
-                    pass
-            for proc in (self.worker, self.evaluator):
-                if proc is not None:
-                    proc.kill()
+                if worker.proc.stdin is not None:
+                    worker.proc.stdin.close()
+                worker.proc.wait(timeout=2)
+        except Exception:
+            pass  # it is killed below, whatever happened
         finally:
-            self.worker = self.evaluator = None
-            for d in (self.scratch, self.eval_scratch):
-                if d is not None:
-                    remove_scratch(d)
-            self.scratch = self.eval_scratch = None
+            try:
+                try:
+                    if self.worker is not None:
+                        self.worker.kill()
+                finally:
+                    if self.evaluator is not None:
+                        self.evaluator.kill()
+            finally:
+                self.worker = self.evaluator = None
+                scratch, self.scratch, self.eval_scratch = (self.scratch, self.eval_scratch), None, None
+                for d in scratch:
+                    if d is not None:
+                        remove_scratch(d)
 
     def cpu_seconds(self) -> float | None:
         """CPU time of every process of this submission's sandboxes (their cgroups; None when

@@ -139,6 +139,12 @@ def test_unknown_kinds_are_rejected(kind: Any) -> None:
         m.decode_reply({"kind": kind, "id": 1, "mutated": [], "elapsed": []})
 
 
+def test_a_shutdown_request_is_no_longer_a_request() -> None:
+    """Sandboxes are killed at the end, not asked to stop: the message is gone from the protocol."""
+    with pytest.raises(m.MessageError):
+        m.decode_request({"op": "shutdown"})
+
+
 def test_requests_and_progress_are_not_confused() -> None:
     with pytest.raises(m.MessageError):
         m.decode_progress(m.Start().encode())
