@@ -49,9 +49,15 @@ def _wait(condition, timeout: float, what: str) -> None:  # type: ignore[no-unty
         time.sleep(0.2)
 
 
-def _server_pid(run: Path) -> int:
-    (lock,) = run.glob("check-*.lock")
-    return int(lock.read_text().split()[0])
+def _server_pid(run: Path) -> int | None:
+    """The pid in the server's lock file (None between a server's exit, which removes it, and
+    the next one's start)."""
+    locks = list(run.glob("check-*.lock"))
+    assert len(locks) <= 1, locks
+    try:
+        return int(locks[0].read_text().split()[0]) if locks else None
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _left(cache: Path, tag: str) -> list[int]:
@@ -66,6 +72,12 @@ def _left(cache: Path, tag: str) -> list[int]:
             except OSError:
                 pass
     return sorted(mine - {os.getpid()})
+
+
+def _stop_server(run: Path) -> None:
+    pid = _server_pid(run)
+    assert pid is not None, "no server is running"
+    os.kill(pid, signal.SIGTERM)
 
 
 def _scratch(cache: Path) -> list[str]:
@@ -132,6 +144,7 @@ def test_a_check_leaves_a_server_and_the_next_check_uses_its_sandbox(setup, tmp_
     assert served.stdout == local.stdout and "double" in served.stdout
 
     pid = _server_pid(run)
+    assert pid is not None
     os.kill(pid, signal.SIGTERM)
     _wait(lambda: not list(run.glob("check-*.sock")), 30, "the server did not stop")
     _wait(lambda: not _left(cache, tag) and not _scratch(cache), 30, f"left: {_left(cache, tag)} {_scratch(cache)}")
@@ -145,6 +158,7 @@ def test_an_idle_server_exits_and_cleans_up(setup, tmp_path: Path) -> None:  # t
     run = cache / "run"
     _wait(lambda: list(run.glob("check-*.sock")), 60, "no server started")
     _wait(lambda: not list(run.glob("check-*.sock")), 60, "the idle server did not exit")
+    assert not list(run.glob("check-*.lock"))  # its pid goes with it: nobody kills a reused pid
     _wait(lambda: not _left(cache, tag) and not _scratch(cache), 30, f"left: {_left(cache, tag)} {_scratch(cache)}")
 
 
@@ -198,7 +212,7 @@ def test_another_user_gets_no_answer(setup, tmp_path: Path) -> None:  # type: ig
     _wait(lambda: _scratch(cache) == ["eval", "sub"], 60, "no sandbox was started ahead")
     second = _check(course, nb, env, "--json")  # the server is still there for its user
     assert second.returncode == 0 and "a checker stays ready" not in second.stderr, second.stderr
-    os.kill(_server_pid(run), signal.SIGTERM)
+    _stop_server(run)
     _wait(lambda: not _left(cache, tag), 30, "the server did not stop")
 
 
@@ -228,15 +242,29 @@ def test_a_silent_peer_does_not_hold_the_server_and_ctrl_c_stops_a_served_check(
     slow = tmp_path / "slow.ipynb"
     slow.write_text(build_notebook("import time\ntime.sleep(120)", SOURCES_FULL), encoding="utf-8")
     cmd = [sys.executable, "-m", "grader", "--course", str(course), "check", "--assignment", "double", str(slow)]
-    client = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    client = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as a terminal starts it
+    )
     time.sleep(6)  # the served check is in its sleeping cell
     client.send_signal(signal.SIGINT)
-    assert client.wait(timeout=30) == 130
+    try:
+        _, err = client.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        client.kill()
+        _, err = client.communicate()
+        log = "".join(f.read_text(errors="replace")[-2000:] for f in run.glob("check-*.log"))
+        pytest.fail(f"the command did not stop on Ctrl-C; its stderr: {err[-2000:]}\nthe server's log: {log}")
+    assert client.returncode == 130, err
     t0 = time.monotonic()
     after = _check(course, nb, env)
     assert after.returncode == 0 and "a checker stays ready" not in after.stderr, after.stderr
     assert time.monotonic() - t0 < 30, "the interrupted check went on (its cell sleeps 120 s)"
-    os.kill(_server_pid(run), signal.SIGTERM)
+    _stop_server(run)
     _wait(lambda: not _left(cache, tag) and not _scratch(cache), 30, f"left: {_left(cache, tag)} {_scratch(cache)}")
 
 
@@ -257,8 +285,8 @@ def test_a_server_serves_one_course(setup, tmp_path: Path) -> None:  # type: ign
     other = make_minicourse(tmp_path / "other")
     done = _check(other, nb, env, "--json")
     assert done.returncode == 0 and "a checker stays ready" in done.stderr  # checked on its own, left a server
-    _wait(lambda: _server_pid(run) != first, 60, "the first server did not make way")
-    os.kill(_server_pid(run), signal.SIGTERM)
+    _wait(lambda: _server_pid(run) not in (first, None), 60, "the first server did not make way")
+    _stop_server(run)
     _wait(lambda: not _left(cache, tag), 30, "the server did not stop")
 
 
@@ -350,6 +378,7 @@ def test_sigterm_during_a_served_check_stops_the_server_after_it(setup, tmp_path
     run = cache / "run"
     _wait(lambda: list(run.glob("check-*.sock")), 60, "no server started")
     pid = _server_pid(run)
+    assert pid is not None
     nb.write_text(build_notebook("import time\ntime.sleep(4)", SOURCES_FULL), encoding="utf-8")
     cmd = [sys.executable, "-m", "grader", "--course", str(course), "check", "--assignment", "double", "--json"]
     client = subprocess.Popen([*cmd, str(nb)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
