@@ -566,6 +566,8 @@ def serve(
             if (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino):
                 path.unlink()
                 lock_path.unlink()
+                if os.fstat(2).st_size == 0:  # nothing went wrong: no log to keep
+                    path.with_suffix(".log").unlink()
         listener.close()
         os.close(lock)
     return 0

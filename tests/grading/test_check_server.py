@@ -159,6 +159,7 @@ def test_an_idle_server_exits_and_cleans_up(setup, tmp_path: Path) -> None:  # t
     _wait(lambda: list(run.glob("check-*.sock")), 60, "no server started")
     _wait(lambda: not list(run.glob("check-*.sock")), 60, "the idle server did not exit")
     assert not list(run.glob("check-*.lock"))  # its pid goes with it: nobody kills a reused pid
+    assert not list(run.glob("check-*.log"))  # an empty log too
     _wait(lambda: not _left(cache, tag) and not _scratch(cache), 30, f"left: {_left(cache, tag)} {_scratch(cache)}")
 
 
@@ -242,13 +243,13 @@ def test_a_silent_peer_does_not_hold_the_server_and_ctrl_c_stops_a_served_check(
     slow = tmp_path / "slow.ipynb"
     slow.write_text(build_notebook("import time\ntime.sleep(120)", SOURCES_FULL), encoding="utf-8")
     cmd = [sys.executable, "-m", "grader", "--course", str(course), "check", "--assignment", "double", str(slow)]
+    # started with SIGINT's default action, as from a terminal (an ignored SIGINT is inherited, and
+    # Python then installs no handler); through exec, not preexec_fn: no fork of this threaded process
+    default_sigint = (
+        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"
+    )
     client = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as a terminal starts it
+        [sys.executable, "-c", default_sigint, *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
     time.sleep(6)  # the served check is in its sleeping cell
     client.send_signal(signal.SIGINT)
