@@ -163,12 +163,11 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.watch:
         return _watch(args, assignment, path, out, err)
     if check_server.serving():  # in a check server: the sandbox it started ahead, if it fits
-        from grader.grading.grade import grade_one
+        from grader.grading.grade import grade_one, ready_ahead
 
-        session = check_server.take_ahead(assignment, path, args.isolation)
-        if session is not None and not _ready_for(session, assignment):
-            session.close()
-            session = None
+        session = ready_ahead(
+            check_server.take_ahead(assignment, path, args.isolation), assignment, path, args.isolation
+        )
         rec = grade_one(assignment, path, public_only=True, isolation=args.isolation, session=session)
     else:
         rec = grade_many(assignment, [path], jobs=1, public_only=True, isolation=args.isolation)[path]
@@ -199,7 +198,7 @@ def _watch(args: argparse.Namespace, assignment: Assignment, path: Path, out: Te
     import hashlib
     import signal
 
-    from grader.grading.grade import _set_trusted_devices, grade_one, prestart
+    from grader.grading.grade import _set_trusted_devices, grade_one, prestart, ready_ahead
 
     def stop(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt  # a closed terminal or a kill: clean up as for Ctrl-C
@@ -245,10 +244,7 @@ def _watch(args: argparse.Namespace, assignment: Assignment, path: Path, out: Te
                         f"the assignment's device count changed ({devices} to {assignment.config.devices})",
                         "Stop --watch (Ctrl-C) and start it again.",
                     )
-                session, ahead = ahead, None
-                if session is not None and not _ready_for(session, assignment):
-                    session.close()
-                    session = None
+                session, ahead = ready_ahead(ahead, assignment, path, args.isolation), None
                 t0 = time.monotonic()
                 # a bug of ours is said as a plain check says it (grader_error), and the watch goes on
                 rec = grade_one(assignment, path, public_only=True, isolation=args.isolation, session=session)
@@ -273,17 +269,6 @@ def _watch(args: argparse.Namespace, assignment: Assignment, path: Path, out: Te
         remove_own_scratch()  # one made just as Ctrl-C came, before its session knew it
         for sig, handler in before.items():
             signal.signal(sig, handler)
-
-
-def _ready_for(session: Any, assignment: Assignment) -> bool:
-    """Whether a sandbox started ahead can check this version of the course: the same limits
-    and sandbox environment (the device count), and both of its processes still alive (an idle
-    one is not expected to die, but is not trusted to)."""
-    from grader.grading.grade import _env_for
-
-    procs = [session.worker, session.evaluator]
-    same = session.limits == assignment.limits and session.env == _env_for(assignment)
-    return same and all(p is not None and p.alive() for p in procs)
 
 
 # --------------------------------------------------------------------------- grade

@@ -278,22 +278,50 @@ def test_check_watch_checks_each_saved_version_with_a_sandbox_started_ahead(tmp_
     assert procs_with(tag) == [] and sandboxes() == []  # the sandbox started ahead went with it
 
 
-def test_a_sandbox_started_ahead_is_used_only_for_the_same_limits_and_while_alive() -> None:
+def test_a_sandbox_started_ahead_is_used_only_as_it_would_be_started_now_and_while_alive() -> None:
+    """grade.ready_ahead (`check --watch`, the check server): the same limits, sandbox
+    environment (the device count), hidden folders (another notebook folder is not hidden by a
+    sandbox started for the first) and isolation, and both processes alive; else it is closed."""
     from types import SimpleNamespace
 
-    from grader.cli import _ready_for
+    from grader.grading.grade import _hidden_from_sandbox, ready_ahead
     from grader.host.sandbox import Limits
 
     alive = SimpleNamespace(alive=lambda: True)
     dead = SimpleNamespace(alive=lambda: False)
-    assignment = SimpleNamespace(limits=Limits(), config=SimpleNamespace(devices=1))
-    ok = {"limits": Limits(), "env": {}, "worker": alive, "evaluator": alive}
-    assert _ready_for(SimpleNamespace(**ok), assignment)
-    assert not _ready_for(SimpleNamespace(**{**ok, "limits": Limits(cell_timeout=5)}), assignment)
-    assert not _ready_for(SimpleNamespace(**{**ok, "evaluator": dead}), assignment)
-    assert not _ready_for(SimpleNamespace(**{**ok, "evaluator": None}), assignment)
-    two = SimpleNamespace(limits=Limits(), config=SimpleNamespace(devices=2))  # grading.yaml now says 2 devices
-    assert not _ready_for(SimpleNamespace(**ok), two)
+
+    def assignment(devices: int = 1) -> SimpleNamespace:
+        return SimpleNamespace(
+            limits=Limits(),
+            config=SimpleNamespace(devices=devices),
+            course=SimpleNamespace(root=Path("/c")),
+            reference_dir=Path("/c/reference/double"),
+        )
+
+    nb = Path("/home/s/hw/a.ipynb")
+    ok = {
+        "limits": Limits(),
+        "env": {},
+        "protect": _hidden_from_sandbox(assignment(), nb),
+        "isolation": "process",
+        "worker": alive,
+        "evaluator": alive,
+    }
+
+    def used(changes: dict, *, a: SimpleNamespace | None = None, path: Path = nb, isolation: str = "process") -> bool:
+        closed: list[bool] = []
+        session = SimpleNamespace(**{**ok, **changes}, close=lambda: closed.append(True))
+        got = ready_ahead(session, a or assignment(), path, isolation)
+        assert (got is session) != bool(closed), "a sandbox not used is closed, and only then"
+        return got is session
+
+    assert used({}) and used({}, path=Path("/home/s/hw/b.ipynb"))  # another notebook of the same folder
+    assert not used({}, path=Path("/home/s/other/a.ipynb"))  # another folder: it would see it
+    assert not used({"limits": Limits(cell_timeout=5)})
+    assert not used({"evaluator": dead}) and not used({"evaluator": None})
+    assert not used({}, a=assignment(devices=2))  # grading.yaml now says 2 devices
+    assert not used({"isolation": "bwrap"})
+    assert ready_ahead(None, assignment(), nb, "process") is None
 
 
 def test_a_pre_started_session_takes_its_notebook_once() -> None:

@@ -297,8 +297,7 @@ class _Serving:
     def __init__(self, devices: int, course: Path | None = None) -> None:
         self.devices = devices
         self.course = str(course) if course is not None else None
-        self.ahead: Any = None  # a Session started with no notebook
-        self.ahead_for: tuple[str, str, str, str] | None = None
+        self.ahead: Any = None  # a Session started with no notebook (grade.ready_ahead says whether it fits)
         self.next: tuple[Any, Path, str] | None = None  # (assignment, notebook, isolation) to start ahead for
         self.retire = False  # declined a check (another course, another device count): make way
         self.busy = False  # a check is running
@@ -313,14 +312,9 @@ def serving() -> bool:
     return _SERVING is not None
 
 
-def _for(assignment: Any, notebook: Path, isolation: str) -> tuple[str, str, str, str]:
-    return (str(assignment.course.root), assignment.name, str(Path(notebook).resolve().parent), isolation)
-
-
 def take_ahead(assignment: Any, notebook: Path, isolation: str) -> Any:
-    """In a server: the sandbox started ahead for this check, if it was started for this
-    assignment, folder and isolation (the caller still checks its limits and processes), else
-    None; :class:`Declined` for another course or an assignment that needs another device count
+    """In a server: the sandbox started ahead, for this check to use if
+    :func:`grader.grading.grade.ready_ahead` says it fits, else None; :class:`Declined` for another course or an assignment that needs another device count
     (the server then exits after saying so, to make way for one that fits).  The next check
     of the same notebook gets a sandbox started ahead after this one."""
     state = _SERVING
@@ -337,9 +331,6 @@ def take_ahead(assignment: Any, notebook: Path, isolation: str) -> Any:
         )
     state.next = (assignment, Path(notebook).resolve(), isolation)
     session, state.ahead = state.ahead, None
-    if session is not None and state.ahead_for != _for(assignment, notebook, isolation):
-        session.close()
-        session = None
     return session
 
 
@@ -466,7 +457,6 @@ def _start_ahead(state: _Serving) -> None:
     assignment, notebook, isolation = state.next
     try:
         state.ahead = prestart(assignment, notebook, isolation)
-        state.ahead_for = _for(assignment, notebook, isolation)
     except Exception as exc:  # the next check starts its own sandbox, and says why if it cannot
         print(f"check server: could not start a sandbox ahead: {exc}", file=sys.stderr, flush=True)
         state.ahead = None
@@ -483,7 +473,8 @@ def serve(
     from grader.grading.grade import _set_trusted_devices
 
     _set_trusted_devices(devices)  # before JAX starts in this process
-    lock = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    lock_path = path.with_suffix(".lock")
+    lock = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -501,7 +492,6 @@ def serve(
     finally:
         os.umask(old)
     listener.listen(16)
-    lock_path = path.with_suffix(".lock")
 
     state = _Serving(devices, course)
 

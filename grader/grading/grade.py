@@ -87,10 +87,15 @@ def new_session(
         limits=assignment.limits,
         isolation=iso,
         env=_env_for(assignment),
-        protect=(assignment.course.root / "reference", assignment.reference_dir, Path(path).parent),
+        protect=_hidden_from_sandbox(assignment, path),
         xla_cache=xla_cache,
         eval_cache=eval_cache if iso == "bwrap" else None,  # elsewhere the kernel could reach the evaluator
     )
+
+
+def _hidden_from_sandbox(assignment: Assignment, path: Path) -> tuple[Path, ...]:
+    """The folders a submission's sandbox must not see: the reference and the notebook's own."""
+    return (assignment.course.root / "reference", assignment.reference_dir, Path(path).parent)
 
 
 def prestart(assignment: Assignment, path: Path, isolation: str) -> Session:
@@ -104,6 +109,29 @@ def prestart(assignment: Assignment, path: Path, isolation: str) -> Session:
         session.close()
         raise
     return session
+
+
+def ready_ahead(session: Session | None, assignment: Assignment, path: Path, isolation: str) -> Session | None:
+    """A session started ahead (:func:`prestart`), if it can grade ``path`` now: started as
+    :func:`new_session` would start it now (the limits, the sandbox environment with its device
+    count, the folders hidden from it, the isolation) and both its processes alive (an idle one
+    is not expected to die, but is not trusted to).  Else it is closed, and None."""
+    if session is None:
+        return None
+
+    def resolved(paths: tuple[Path, ...]) -> tuple[Path, ...]:
+        return tuple(Path(p).resolve() for p in paths)
+
+    same = (
+        session.limits == assignment.limits
+        and session.env == _env_for(assignment)
+        and resolved(session.protect) == resolved(_hidden_from_sandbox(assignment, path))
+        and session.isolation == choose_isolation(isolation)
+    )
+    if same and all(p is not None and p.alive() for p in (session.worker, session.evaluator)):
+        return session
+    session.close()
+    return None
 
 
 def _prepare_trusted_side(assignment: Assignment) -> None:

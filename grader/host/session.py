@@ -7,6 +7,7 @@ Everything that comes back from the sandbox goes through :func:`grader.wire.prot
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -316,28 +317,21 @@ class Session:
         mode (no namespace) the kernel is in a session of its own (jupyter_client starts it so),
         out of the worker's process group, and only the environment marker finds it: there the
         worker is first told to stop (its pipe closed: it kills its kernel and exits), for 2 s at most."""
-        try:
-            worker = self.worker
+        worker, evaluator, scratch = self.worker, self.evaluator, (self.scratch, self.eval_scratch)
+        self.worker = self.evaluator = self.scratch = self.eval_scratch = None
+        # every step runs whatever an earlier one raised (Ctrl-C included): kills, then folders
+        with contextlib.ExitStack() as cleanup:
+            for d in scratch:
+                if d is not None:
+                    cleanup.callback(remove_scratch, d)
+            for proc in (evaluator, worker):
+                if proc is not None:
+                    cleanup.callback(proc.kill)
             if self.isolation == "process" and worker is not None and worker.proc is not None and worker.alive():
-                if worker.proc.stdin is not None:
-                    worker.proc.stdin.close()
-                worker.proc.wait(timeout=2)
-        except Exception:
-            pass  # it is killed below, whatever happened
-        finally:
-            try:
-                try:
-                    if self.worker is not None:
-                        self.worker.kill()
-                finally:
-                    if self.evaluator is not None:
-                        self.evaluator.kill()
-            finally:
-                self.worker = self.evaluator = None
-                scratch, self.scratch, self.eval_scratch = (self.scratch, self.eval_scratch), None, None
-                for d in scratch:
-                    if d is not None:
-                        remove_scratch(d)
+                with contextlib.suppress(Exception):
+                    if worker.proc.stdin is not None:
+                        worker.proc.stdin.close()
+                    worker.proc.wait(timeout=2)
 
     def cpu_seconds(self) -> float | None:
         """CPU time of every process of this submission's sandboxes (their cgroups; None when

@@ -23,7 +23,7 @@ import pytest
 
 from grader.grading import check_server
 from tests.conftest import build_notebook
-from tests.minicourse import make_minicourse, notebook, procs_with
+from tests.minicourse import SOURCES, make_minicourse, notebook, procs_with
 
 
 def _env(cache: Path, tag: str, idle: float = 120) -> dict[str, str]:
@@ -83,6 +83,21 @@ def _stop_server(run: Path) -> None:
 def _scratch(cache: Path) -> list[str]:
     """The kinds of sandbox scratch folders there: "sub" (a notebook's), "eval" (its evaluator's)."""
     return sorted(p.name.split("-")[1] for p in (cache / "tmp").iterdir() if p.name.startswith("jaxgrade-"))
+
+
+def _first_check(
+    course: Path, cache: Path, tag: str, tmp_path: Path, idle: float = 120
+) -> tuple[dict[str, str], Path, Path]:
+    """A correct notebook checked once, which leaves a server: the commands' environment, the
+    notebook, and the server's folder, once its socket is there."""
+    env = _env(cache, tag, idle)
+    nb = tmp_path / "hw.ipynb"
+    nb.write_text(notebook("full"), encoding="utf-8")
+    first = _check(course, nb, env)
+    assert first.returncode == 0, first.stderr
+    run = cache / "run"
+    _wait(lambda: list(run.glob("check-*.sock")), 60, "no server started")
+    return env, nb, run
 
 
 @pytest.fixture
@@ -152,11 +167,7 @@ def test_a_check_leaves_a_server_and_the_next_check_uses_its_sandbox(setup, tmp_
 
 def test_an_idle_server_exits_and_cleans_up(setup, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     course, cache, tag = setup
-    nb = tmp_path / "hw.ipynb"
-    nb.write_text(notebook("full"), encoding="utf-8")
-    assert _check(course, nb, _env(cache, tag, idle=3)).returncode == 0
-    run = cache / "run"
-    _wait(lambda: list(run.glob("check-*.sock")), 60, "no server started")
+    _, _, run = _first_check(course, cache, tag, tmp_path, idle=3)
     _wait(lambda: not list(run.glob("check-*.sock")), 60, "the idle server did not exit")
     assert not list(run.glob("check-*.lock"))  # its pid goes with it: nobody kills a reused pid
     assert not list(run.glob("check-*.log"))  # an empty log too
@@ -181,12 +192,7 @@ def test_another_user_gets_no_answer(setup, tmp_path: Path) -> None:  # type: ig
     if os.getuid() != 0 or not Path("/usr/bin/setpriv").exists():
         pytest.skip("needs root and setpriv to connect as another user")
     course, cache, tag = setup
-    env = _env(cache, tag)
-    nb = tmp_path / "hw.ipynb"
-    nb.write_text(notebook("full"), encoding="utf-8")
-    assert _check(course, nb, env).returncode == 0
-    run = cache / "run"
-    _wait(lambda: list(run.glob("check-*.sock")), 60, "no server started")
+    env, nb, run = _first_check(course, cache, tag, tmp_path)
     (sock,) = run.glob("check-*.sock")
     for p in (cache, run):
         p.chmod(0o755)
@@ -223,12 +229,7 @@ def test_a_silent_peer_does_not_hold_the_server_and_ctrl_c_stops_a_served_check(
     it on the server, so the next check is answered at once, not after the sleep."""
     _, cache, tag = setup
     course = make_minicourse(tmp_path / "patient", limits="{cell_timeout: 300}")  # a cell may sleep 120 s
-    env = _env(cache, tag)
-    nb = tmp_path / "hw.ipynb"
-    nb.write_text(notebook("full"), encoding="utf-8")
-    assert _check(course, nb, env).returncode == 0
-    run = cache / "run"
-    _wait(lambda: list(run.glob("check-*.sock")), 60, "no server started")
+    env, nb, run = _first_check(course, cache, tag, tmp_path)
     (sock,) = run.glob("check-*.sock")
     silent = socket.socket(socket.AF_UNIX)
     silent.connect(str(sock))
@@ -241,7 +242,7 @@ def test_a_silent_peer_does_not_hold_the_server_and_ctrl_c_stops_a_served_check(
         silent.close()
 
     slow = tmp_path / "slow.ipynb"
-    slow.write_text(build_notebook("import time\ntime.sleep(120)", SOURCES_FULL), encoding="utf-8")
+    slow.write_text(build_notebook("import time\ntime.sleep(120)", SOURCES["full"][0]), encoding="utf-8")
     cmd = [sys.executable, "-m", "grader", "--course", str(course), "check", "--assignment", "double", str(slow)]
     # started with SIGINT's default action, as from a terminal (an ignored SIGINT is inherited, and
     # Python then installs no handler); through exec, not preexec_fn: no fork of this threaded process
@@ -269,19 +270,11 @@ def test_a_silent_peer_does_not_hold_the_server_and_ctrl_c_stops_a_served_check(
     _wait(lambda: not _left(cache, tag) and not _scratch(cache), 30, f"left: {_left(cache, tag)} {_scratch(cache)}")
 
 
-SOURCES_FULL = "def double(x):\n    return 2 * x"
-
-
 def test_a_server_serves_one_course(setup, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """A check of another course is declined (the course's test code runs in the server's
     process): the command checks on its own, and the server makes way for one of that course."""
     course, cache, tag = setup
-    env = _env(cache, tag)
-    nb = tmp_path / "hw.ipynb"
-    nb.write_text(notebook("full"), encoding="utf-8")
-    assert _check(course, nb, env).returncode == 0
-    run = cache / "run"
-    _wait(lambda: list(run.glob("check-*.sock")), 60, "no server started")
+    env, nb, run = _first_check(course, cache, tag, tmp_path)
     first = _server_pid(run)
     other = make_minicourse(tmp_path / "other")
     done = _check(other, nb, env, "--json")
@@ -337,17 +330,16 @@ def test_a_server_declines_another_device_count_and_makes_way(monkeypatch: pytes
     assert state.retire
 
 
-def test_a_sandbox_started_ahead_serves_only_its_notebooks_folder(monkeypatch: pytest.MonkeyPatch) -> None:
-    closed = []
-    ahead = SimpleNamespace(close=lambda: closed.append(True))
+def test_the_server_hands_its_sandbox_to_the_next_check_and_starts_ahead_for_that_notebook(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ahead = SimpleNamespace()
     state = check_server._Serving(devices=1)
     monkeypatch.setattr(check_server, "_SERVING", state)
     one = SimpleNamespace(name="double", config=SimpleNamespace(devices=1), course=SimpleNamespace(root=Path("/c")))
-    state.ahead, state.ahead_for = ahead, check_server._for(one, Path("/home/s/hw/a.ipynb"), "bwrap")
-    assert check_server.take_ahead(one, Path("/home/s/hw/b.ipynb"), "bwrap") is ahead  # same folder
-    state.ahead, state.ahead_for = ahead, check_server._for(one, Path("/home/s/hw/a.ipynb"), "bwrap")
-    assert check_server.take_ahead(one, Path("/home/s/other/a.ipynb"), "bwrap") is None  # another folder
-    assert closed == [True] and state.ahead is None
+    state.ahead = ahead
+    assert check_server.take_ahead(one, Path("/home/s/other/a.ipynb"), "bwrap") is ahead  # ready_ahead decides
+    assert state.ahead is None  # handed over: never to two checks
     assert state.next is not None and state.next[1] == Path("/home/s/other/a.ipynb")  # started ahead next
 
 
@@ -372,15 +364,10 @@ def test_sigterm_during_a_served_check_stops_the_server_after_it(setup, tmp_path
     """pytest would take a SystemExit raised inside a test for that test's failure: the check
     in progress ends as it would have, its student gets the right result, then the server stops."""
     course, cache, tag = setup
-    env = _env(cache, tag)
-    nb = tmp_path / "hw.ipynb"
-    nb.write_text(notebook("full"), encoding="utf-8")
-    assert _check(course, nb, env).returncode == 0
-    run = cache / "run"
-    _wait(lambda: list(run.glob("check-*.sock")), 60, "no server started")
+    env, nb, run = _first_check(course, cache, tag, tmp_path)
     pid = _server_pid(run)
     assert pid is not None
-    nb.write_text(build_notebook("import time\ntime.sleep(4)", SOURCES_FULL), encoding="utf-8")
+    nb.write_text(build_notebook("import time\ntime.sleep(4)", SOURCES["full"][0]), encoding="utf-8")
     cmd = [sys.executable, "-m", "grader", "--course", str(course), "check", "--assignment", "double", "--json"]
     client = subprocess.Popen([*cmd, str(nb)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     time.sleep(2.5)  # in the sleeping cell, or its tests
