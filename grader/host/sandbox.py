@@ -627,8 +627,19 @@ def make_scratch(prefix: str = "jaxgrade-", size_bytes: int | None = None) -> Pa
     """A fresh scratch directory outside the repository and the output directory; with
     ``size_bytes`` and as root, a tmpfs of that size, so a cell that fills it gets ENOSPC
     ("No space left on device") and the disk the gradebook lives on is not touched."""
-    path = Path(tempfile.mkdtemp(prefix=prefix))
-    _SCRATCH.add(path)
+    # named and registered before it is made, not by tempfile.mkdtemp, which makes it first: a
+    # Ctrl-C between the two left a folder that no cleanup knew (check --watch, seen in the
+    # suite).  Registered and not made (a Ctrl-C before mkdir) costs nothing: removing it is a
+    # no-op.  64 random bits: a name that exists is someone else's, and is never registered.
+    base = Path(tempfile.gettempdir()).absolute()
+    while True:
+        path = base / f"{prefix}{uuid.uuid4().hex[:16]}"
+        _SCRATCH.add(path)
+        try:
+            os.mkdir(path, 0o700)
+            break
+        except FileExistsError:
+            _SCRATCH.discard(path)
     try:
         os.chmod(path, 0o700)
         if size_bytes is not None and scratch_status()[0]:

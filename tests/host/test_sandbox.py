@@ -395,3 +395,28 @@ def test_bwrap_gets_the_filter_and_disable_userns_only_where_it_has_it(
         for fd in proc._fds:
             os.close(fd)
         proc._fds = []
+
+
+def test_a_ctrl_c_just_as_a_scratch_folder_is_made_leaves_none_behind(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The folder is known to this process's cleanup (what `check --watch` runs at Ctrl-C)
+    from the moment it exists: a KeyboardInterrupt right after the mkdir leaves nothing."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    real_mkdir = os.mkdir
+
+    def mkdir_then_ctrl_c(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        real_mkdir(path, *args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "mkdir", mkdir_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        sandbox.make_scratch("jaxgrade-sub-")
+    monkeypatch.setattr(os, "mkdir", real_mkdir)
+    made = [p for p in tmp_path.iterdir()]
+    assert len(made) == 1 and made[0] in sandbox._SCRATCH
+    for path in [p for p in sandbox._SCRATCH if p.parent == tmp_path]:  # remove_own_scratch, for this folder only
+        sandbox.remove_scratch(path)
+    assert list(tmp_path.iterdir()) == []
