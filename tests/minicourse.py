@@ -7,6 +7,7 @@ returns a submission's JSON text: "full" (4/4), "half" (public right, hidden wro
 
 from __future__ import annotations
 
+import sys
 import textwrap
 from pathlib import Path
 
@@ -96,6 +97,15 @@ def notebook(kind: str, salt: str = "") -> str:
 
 
 EXPECTED = {"full": (4.0, "graded"), "half": (2.0, "graded"), "zero": (0.0, "graded"), "crash": (0.0, "graded")}
+
+
+def as_from_a_terminal(cmd: list[str]) -> list[str]:
+    """``cmd`` started with SIGINT's default action, as a terminal starts it, so that a Ctrl-C
+    (SIGINT) reaches Python's handler: a SIGINT ignored here (pytest-xdist's workers ignore it)
+    is inherited, and Python then installs no handler.  Through exec, not ``preexec_fn``: no
+    fork of a threaded test process."""
+    reset = "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"
+    return [sys.executable, "-c", reset, *cmd]
 
 
 def procs_with(tag: str) -> list[int]:

@@ -233,7 +233,7 @@ def test_check_watch_checks_each_saved_version_with_a_sandbox_started_ahead(tmp_
     import time
     import uuid
 
-    from tests.minicourse import make_minicourse, notebook, procs_with
+    from tests.minicourse import as_from_a_terminal, make_minicourse, notebook, procs_with
 
     course = make_minicourse(tmp_path / "course")
     nb = tmp_path / "hw.ipynb"
@@ -243,7 +243,7 @@ def test_check_watch_checks_each_saved_version_with_a_sandbox_started_ahead(tmp_
     tag = uuid.uuid4().hex
     cmd = [sys.executable, "-m", "grader", "--course", str(course), "check", "--assignment", "double"]
     proc = subprocess.Popen(
-        [*cmd, "--watch", "--json", str(nb)],
+        as_from_a_terminal([*cmd, "--watch", "--json", str(nb)]),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

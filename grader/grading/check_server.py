@@ -51,6 +51,7 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -160,8 +161,25 @@ def socket_path() -> Path | None:
     folder = run_dir()
     if folder is None:
         return None
-    path = folder / f"check-{server_key()}.sock"
-    return path if len(os.fsencode(path)) <= MAX_SOCKET_PATH else None
+    return folder / f"check-{server_key()}.sock"
+
+
+@contextlib.contextmanager
+def _address(path: Path) -> Iterator[str]:
+    """What to bind or connect to for ``path``: the path itself, or, when it is too long for
+    ``sun_path`` (a deep ``JAXGRADE_CACHE_DIR``), the same file reached through a descriptor of
+    its folder (``/proc/self/fd/N/NAME``), which is short and names the folder already checked."""
+    if len(os.fsencode(path)) <= MAX_SOCKET_PATH:
+        yield str(path)
+        return
+    fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY)
+    try:
+        short = f"/proc/self/fd/{fd}/{path.name}"
+        if len(os.fsencode(short)) > MAX_SOCKET_PATH:
+            raise OSError(f"the socket's name is too long: {path.name}")
+        yield short
+    finally:
+        os.close(fd)
 
 
 # --------------------------------------------------------------------------- framing
@@ -224,7 +242,8 @@ def client_main(argv: list[str], out: TextIO | None = None, err: TextIO | None =
     try:
         conn.settimeout(CONNECT_TIMEOUT)
         try:
-            conn.connect(str(path))
+            with _address(path) as address:
+                conn.connect(address)
         except OSError:
             return None
         if not _same_user(conn):  # a socket that another user's process answers: not ours
@@ -488,7 +507,8 @@ def serve(
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)
     try:
-        listener.bind(str(path))
+        with _address(path) as address:
+            listener.bind(address)
     finally:
         os.umask(old)
     listener.listen(16)

@@ -23,7 +23,7 @@ import pytest
 
 from grader.grading import check_server
 from tests.conftest import build_notebook
-from tests.minicourse import SOURCES, make_minicourse, notebook, procs_with
+from tests.minicourse import SOURCES, as_from_a_terminal, make_minicourse, notebook, procs_with
 
 
 def _env(cache: Path, tag: str, idle: float = 120) -> dict[str, str]:
@@ -244,13 +244,8 @@ def test_a_silent_peer_does_not_hold_the_server_and_ctrl_c_stops_a_served_check(
     slow = tmp_path / "slow.ipynb"
     slow.write_text(build_notebook("import time\ntime.sleep(120)", SOURCES["full"][0]), encoding="utf-8")
     cmd = [sys.executable, "-m", "grader", "--course", str(course), "check", "--assignment", "double", str(slow)]
-    # started with SIGINT's default action, as from a terminal (an ignored SIGINT is inherited, and
-    # Python then installs no handler); through exec, not preexec_fn: no fork of this threaded process
-    default_sigint = (
-        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"
-    )
     client = subprocess.Popen(
-        [sys.executable, "-c", default_sigint, *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        as_from_a_terminal(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
     time.sleep(6)  # the served check is in its sleeping cell
     client.send_signal(signal.SIGINT)
@@ -351,6 +346,35 @@ def test_a_run_folder_others_can_open_turns_the_server_off(monkeypatch: pytest.M
     assert check_server.run_dir() is None and check_server.socket_path() is None
 
 
+def test_a_socket_path_too_long_for_sun_path_is_reached_through_its_folder(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A deep JAXGRADE_CACHE_DIR (a long home, pytest-xdist's folders) does not turn the server
+    off: the socket is bound and reached as /proc/self/fd/N/NAME, and still lies in the folder."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    monkeypatch.setenv("JAXGRADE_CHECK_SERVER", "1")
+    monkeypatch.setenv("JAXGRADE_CACHE_DIR", str(deep))
+    path = check_server.socket_path()
+    assert path is not None and path.parent == deep / "run"
+    assert len(os.fsencode(path)) > check_server.MAX_SOCKET_PATH
+    with pytest.raises(OSError):  # what the plain path gives
+        socket.socket(socket.AF_UNIX).bind(str(path))
+    listener = socket.socket(socket.AF_UNIX)
+    with check_server._address(path) as address:
+        assert address.startswith("/proc/self/fd/") and address.endswith(path.name)
+        listener.bind(address)
+    listener.listen(1)
+    assert stat.S_ISSOCK(path.lstat().st_mode)
+    client = socket.socket(socket.AF_UNIX)
+    with check_server._address(path) as address:
+        client.connect(address)
+    conn, _ = listener.accept()
+    check_server._send(client, {"argv": ["check"]})
+    assert check_server._recv(conn) == {"argv": ["check"]}
+    for s in (conn, client, listener):
+        s.close()
+
+
 def test_a_run_folder_under_a_folder_others_may_swap_turns_the_server_off(tmp_path: Path) -> None:
     shared = tmp_path / "shared"
     (shared / "mine").mkdir(parents=True)
@@ -388,7 +412,8 @@ import socket, sys, threading
 from grader.grading import check_server as cs
 path = cs.socket_path()
 srv = socket.socket(socket.AF_UNIX)
-srv.bind(str(path))
+with cs._address(path) as address:
+    srv.bind(address)
 srv.listen(1)
 def serve():
     conn, _ = srv.accept()
