@@ -28,6 +28,23 @@ if not os.environ.get("JAXGRADE_CACHE_DIR"):
     atexit.register(shutil.rmtree, os.environ["JAXGRADE_CACHE_DIR"], True)  # made here: removed here
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto` (pyproject's addopts): one worker per core, at most 8, and at most one per 3 GiB
+    of available memory (a worker grading a corpus runs two sandboxes at a time, about 2 GiB)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            available = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        available = 6 << 30
+    return max(1, min(len(os.sched_getaffinity(0)), 8, available // (3 << 30)))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The modules that grade a whole corpus (the longest, minutes each) go first, so that the
+    workers (pytest-xdist, one module each at a time) end on short modules, not on a corpus."""
+    items.sort(key=lambda item: item.get_closest_marker("corpus") is None)  # stable: the order within stays
+
+
 def build_notebook(*sources: str) -> str:
     """The JSON text of a notebook with one code cell per source string."""
     nb = nbformat.v4.new_notebook()

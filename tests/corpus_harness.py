@@ -31,8 +31,8 @@ VERDICTS = ("full", "lost", "zero")
 JOBS = 2
 
 #: Every corpus module grades a whole corpus in its first test's fixture setup: allow it more
-#: than the suite's default per-test timeout.
-MARKS = [pytest.mark.slow, pytest.mark.timeout(1800)]
+#: than the suite's default per-test timeout (and start it first: tests/conftest.py).
+MARKS = [pytest.mark.slow, pytest.mark.corpus, pytest.mark.timeout(1800)]
 
 
 @dataclass(frozen=True)
