@@ -28,15 +28,44 @@ if not os.environ.get("JAXGRADE_CACHE_DIR"):
     atexit.register(shutil.rmtree, os.environ["JAXGRADE_CACHE_DIR"], True)  # made here: removed here
 
 
+def _cgroup_limit(*files: str) -> int | None:
+    """The first number in these cgroup files (a container's limit), None where there is none."""
+    for name in files:
+        try:
+            text = Path(name).read_text(encoding="ascii").split()
+        except OSError:
+            continue
+        if text and text[0].isdigit():
+            return int(text[0])
+    return None
+
+
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """`-n auto` (pyproject's addopts): one worker per core, at most 8, and at most one per 3 GiB
-    of available memory (a worker grading a corpus runs two sandboxes at a time, about 2 GiB)."""
+    """`-n auto` (pyproject's addopts): PYTEST_XDIST_AUTO_NUM_WORKERS if set; else one worker per
+    core, at most 8, and at most one per 3 GiB of available memory (a worker grading a corpus
+    runs two sandboxes at a time, about 2 GiB), a container's cgroup limits included."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
+    cores = len(os.sched_getaffinity(0))
+    quota = Path("/sys/fs/cgroup/cpu.max")  # cgroup v2 "MAX PERIOD"; v1: cpu.cfs_quota_us
+    try:
+        limit, period = quota.read_text(encoding="ascii").split()[:2]
+        if limit != "max":
+            cores = min(cores, max(1, int(limit) // int(period)))
+    except (OSError, ValueError):
+        v1_quota = _cgroup_limit("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")
+        v1_period = _cgroup_limit("/sys/fs/cgroup/cpu/cpu.cfs_period_us")
+        if v1_quota and v1_period:
+            cores = min(cores, max(1, v1_quota // v1_period))
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
-            available = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+            memory = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
     except (OSError, StopIteration, ValueError, IndexError):
-        available = 6 << 30
-    return max(1, min(len(os.sched_getaffinity(0)), 8, available // (3 << 30)))
+        memory = 6 << 30
+    limit = _cgroup_limit("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+    if limit is not None:
+        memory = min(memory, limit)
+    return max(1, min(cores, 8, memory // (3 << 30)))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -101,9 +101,10 @@ EXPECTED = {"full": (4.0, "graded"), "half": (2.0, "graded"), "zero": (0.0, "gra
 
 def as_from_a_terminal(cmd: list[str]) -> list[str]:
     """``cmd`` started with SIGINT's default action, as a terminal starts it, so that a Ctrl-C
-    (SIGINT) reaches Python's handler: a SIGINT ignored here (pytest-xdist's workers ignore it)
-    is inherited, and Python then installs no handler.  Through exec, not ``preexec_fn``: no
-    fork of a threaded test process."""
+    (SIGINT) reaches Python's handler: a test run started with SIGINT ignored (a background job
+    of a non-interactive shell, as a CI launcher may start it) passes that on to its children,
+    and Python then installs no handler.  Through exec, not ``preexec_fn``: no fork of a
+    threaded test process."""
     reset = "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"
     return [sys.executable, "-c", reset, *cmd]
 

@@ -40,7 +40,7 @@ from grader.publish.feedback import PAGE_MAX_BYTES
 from grader.publish.output import safe_name
 from tests.minicourse import make_minicourse, procs_with
 
-pytestmark = [pytest.mark.slow, pytest.mark.corpus]
+pytestmark = [pytest.mark.slow, pytest.mark.corpus, pytest.mark.timeout(1800)]  # two batches in one fixture
 
 CORPUS = Path(__file__).resolve().parent / "corpus" / "hostile"
 EXPECTED: dict[str, dict] = yaml.safe_load((CORPUS / "expected.yaml").read_text(encoding="utf-8"))

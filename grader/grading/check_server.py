@@ -161,19 +161,28 @@ def socket_path() -> Path | None:
     folder = run_dir()
     if folder is None:
         return None
-    return folder / f"check-{server_key()}.sock"
+    path = folder / f"check-{server_key()}.sock"
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH and not os.path.isdir("/proc/self/fd"):
+        return None  # too long for sun_path, and no /proc to shorten it through (_address)
+    return path
 
 
 @contextlib.contextmanager
 def _address(path: Path) -> Iterator[str]:
     """What to bind or connect to for ``path``: the path itself, or, when it is too long for
     ``sun_path`` (a deep ``JAXGRADE_CACHE_DIR``), the same file reached through a descriptor of
-    its folder (``/proc/self/fd/N/NAME``), which is short and names the folder already checked."""
+    its folder (``/proc/self/fd/N/NAME``), which is short.  The folder is opened without
+    following a link, and must be a folder of this user's that no one else may open, as
+    :func:`run_dir` checked it (the server checks it here again: the command that started it did
+    the first check)."""
     if len(os.fsencode(path)) <= MAX_SOCKET_PATH:
         yield str(path)
         return
-    fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY)
+    fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
+        st = os.fstat(fd)
+        if st.st_uid != os.getuid() or st.st_mode & 0o077:
+            raise OSError(f"{path.parent} is not a folder of this user's that only this user may open")
         short = f"/proc/self/fd/{fd}/{path.name}"
         if len(os.fsencode(short)) > MAX_SOCKET_PATH:
             raise OSError(f"the socket's name is too long: {path.name}")
@@ -509,6 +518,13 @@ def serve(
     try:
         with _address(path) as address:
             listener.bind(address)
+    except OSError as exc:  # no server, then: every check runs in its own process, as before
+        print(f"jaxgrade check server: cannot listen at {path}: {exc}", file=sys.stderr)
+        listener.close()
+        with contextlib.suppress(OSError):
+            lock_path.unlink()
+        os.close(lock)
+        return 1
     finally:
         os.umask(old)
     listener.listen(16)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import platform
+import secrets
 import shutil
 import signal
 import struct
@@ -630,16 +631,18 @@ def make_scratch(prefix: str = "jaxgrade-", size_bytes: int | None = None) -> Pa
     # named and registered before it is made, not by tempfile.mkdtemp, which makes it first: a
     # Ctrl-C between the two left a folder that no cleanup knew (check --watch, seen in the
     # suite).  Registered and not made (a Ctrl-C before mkdir) costs nothing: removing it is a
-    # no-op.  64 random bits: a name that exists is someone else's, and is never registered.
+    # no-op.  96 random bits: a name that exists is someone else's, and is not kept registered.
     base = Path(tempfile.gettempdir()).absolute()
-    while True:
-        path = base / f"{prefix}{uuid.uuid4().hex[:16]}"
+    for attempt in range(100):
+        path = base / f"{prefix}{secrets.token_hex(12)}"
         _SCRATCH.add(path)
         try:
             os.mkdir(path, 0o700)
             break
-        except FileExistsError:
+        except OSError as exc:
             _SCRATCH.discard(path)
+            if not isinstance(exc, FileExistsError) or attempt == 99:
+                raise
     try:
         os.chmod(path, 0o700)
         if size_bytes is not None and scratch_status()[0]:

@@ -357,8 +357,8 @@ def test_a_socket_path_too_long_for_sun_path_is_reached_through_its_folder(
     path = check_server.socket_path()
     assert path is not None and path.parent == deep / "run"
     assert len(os.fsencode(path)) > check_server.MAX_SOCKET_PATH
-    with pytest.raises(OSError):  # what the plain path gives
-        socket.socket(socket.AF_UNIX).bind(str(path))
+    with pytest.raises(OSError), socket.socket(socket.AF_UNIX) as plain:  # what the plain path gives
+        plain.bind(str(path))
     listener = socket.socket(socket.AF_UNIX)
     with check_server._address(path) as address:
         assert address.startswith("/proc/self/fd/") and address.endswith(path.name)
@@ -373,6 +373,28 @@ def test_a_socket_path_too_long_for_sun_path_is_reached_through_its_folder(
     assert check_server._recv(conn) == {"argv": ["check"]}
     for s in (conn, client, listener):
         s.close()
+    path.parent.chmod(0o755)  # opened to others since it was checked: not reached through it
+    with pytest.raises(OSError, match="only this user"), check_server._address(path):
+        pass
+    path.parent.chmod(0o700)
+    real_isdir = os.path.isdir
+    monkeypatch.setattr(os.path, "isdir", lambda p: False if p == "/proc/self/fd" else real_isdir(p))
+    assert check_server.socket_path() is None  # no /proc to shorten it through: no server
+
+
+def test_a_server_that_cannot_listen_says_why_and_leaves_no_lock(tmp_path: Path) -> None:
+    """A long socket path in a folder that others may open (changed after the command checked
+    it): the server does not listen through it, exits 1 with the reason in its log, and leaves
+    no lock; the next check then runs in its own process."""
+    run = tmp_path / ("d" * 60) / ("e" * 60) / "run"
+    run.mkdir(parents=True, mode=0o755)
+    sock = run / "check-test.sock"
+    cmd = [sys.executable, "-m", "grader.grading.check_server", "--socket", str(sock), "--course", str(tmp_path)]
+    cmd += ["--assignment", "double", "--notebook", str(tmp_path / "hw.ipynb")]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=str(Path(__file__).parents[2]))
+    assert done.returncode == 1, done.stderr
+    assert "cannot listen at" in done.stderr and "only this user" in done.stderr, done.stderr
+    assert sorted(p.name for p in run.iterdir()) == []
 
 
 def test_a_run_folder_under_a_folder_others_may_swap_turns_the_server_off(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """Hidden tests for `autodiff` (curriculum §4).
 
-Inputs are random (the `rng` fixture, seeded per grading run and test), never the public ones.
+Inputs are random (the `rng` fixture, seeded per grading run and test), never the public ones;
+the two tests of `fit_linear_regression`'s defaults share one call, on the first one's inputs.
 
 Gradients are compared with `jax.grad` of the reference at float32 tolerance (rtol 1e-5, atol
 1e-6 * max(1, max|expected|)). Every autodiff route (`grad`, `value_and_grad`, `vjp`,
@@ -121,7 +122,9 @@ _WITH_DEFAULTS = pytest.StashKey[dict]()
 def fit_with_defaults(request, submission, rng):
     """xs, ys, w, b and fit_linear_regression(xs, ys), called once per grading run, on 200
     hidden points (drawn with the first asking test's rng), for both tests of the defaults; a
-    call that raised raises again."""
+    call that raised raises again.  Both tests must stay hidden: the second test's message may
+    quote what the student's code printed during the first test's call, and the plugin scrubs
+    a hidden test's message only of what was printed during that test."""
     kept = request.session.stash.setdefault(_WITH_DEFAULTS, {})
     if "data" not in kept:
         kept["data"] = line_data(rng, FIT_CASES["defaults"][0])
