@@ -105,9 +105,14 @@ def run_dir() -> Path | None:
         st = folder.lstat()
     except OSError:
         return None
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+    if not _private_folder(st):
         return None
     return folder if _nobody_else_can_swap(folder.parent) else None
+
+
+def _private_folder(st: os.stat_result) -> bool:
+    """A folder of this user's that no one else may open (what the run folder must be)."""
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
 
 
 def _nobody_else_can_swap(folder: Path) -> bool:
@@ -180,8 +185,7 @@ def _address(path: Path) -> Iterator[str]:
         return
     fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
-        st = os.fstat(fd)
-        if st.st_uid != os.getuid() or st.st_mode & 0o077:
+        if not _private_folder(os.fstat(fd)):
             raise OSError(f"{path.parent} is not a folder of this user's that only this user may open")
         short = f"/proc/self/fd/{fd}/{path.name}"
         if len(os.fsencode(short)) > MAX_SOCKET_PATH:
@@ -341,10 +345,11 @@ def serving() -> bool:
 
 
 def take_ahead(assignment: Any, notebook: Path, isolation: str) -> Any:
-    """In a server: the sandbox started ahead, for this check to use if
-    :func:`grader.grading.grade.ready_ahead` says it fits, else None; :class:`Declined` for another course or an assignment that needs another device count
-    (the server then exits after saying so, to make way for one that fits).  The next check
-    of the same notebook gets a sandbox started ahead after this one."""
+    """In a server: the sandbox started ahead (None if there is none), which this check uses if
+    :func:`grader.grading.grade.ready_ahead` says it fits; :class:`Declined` for another course
+    or an assignment that needs another device count (the server then exits after saying so,
+    to make way for one that fits).  The next check of the same notebook gets a sandbox started
+    ahead after this one."""
     state = _SERVING
     if state is None:
         return None
@@ -520,9 +525,8 @@ def serve(
             listener.bind(address)
     except OSError as exc:  # no server, then: every check runs in its own process, as before
         print(f"jaxgrade check server: cannot listen at {path}: {exc}", file=sys.stderr)
+        _remove_own_files(lock, path)
         listener.close()
-        with contextlib.suppress(OSError):
-            lock_path.unlink()
         os.close(lock)
         return 1
     finally:
@@ -585,18 +589,26 @@ def serve(
         if state.ahead is not None:
             state.ahead.close()
         remove_own_scratch()
-        with contextlib.suppress(OSError):
-            # still ours: the lock file there is the one this process holds (the folder was not
-            # removed and remade for a newer server meanwhile)
-            mine, there = os.fstat(lock), os.stat(lock_path)
-            if (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino):
-                path.unlink()
-                lock_path.unlink()
-                if os.fstat(2).st_size == 0:  # nothing went wrong: no log to keep
-                    path.with_suffix(".log").unlink()
+        _remove_own_files(lock, path)
         listener.close()
         os.close(lock)
     return 0
+
+
+def _remove_own_files(lock: int, path: Path) -> None:
+    """Remove the server's socket, lock and (empty) log, while they are still this server's:
+    the lock file there is the one ``lock`` holds (the folder was not removed and remade for a
+    newer server meanwhile).  A log with something in it stays, to say what went wrong."""
+    lock_path = path.with_suffix(".lock")
+    with contextlib.suppress(OSError):
+        mine, there = os.fstat(lock), os.stat(lock_path)
+        if (mine.st_dev, mine.st_ino) != (there.st_dev, there.st_ino):
+            return
+        for own in (path, lock_path):
+            with contextlib.suppress(FileNotFoundError):  # no socket: it never listened
+                own.unlink()
+        if os.fstat(2).st_size == 0:
+            path.with_suffix(".log").unlink()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -415,7 +415,7 @@ def test_a_ctrl_c_just_as_a_scratch_folder_is_made_leaves_none_behind(
     with pytest.raises(KeyboardInterrupt):
         sandbox.make_scratch("jaxgrade-sub-")
     monkeypatch.setattr(os, "mkdir", real_mkdir)
-    made = [p for p in tmp_path.iterdir()]
+    made = list(tmp_path.iterdir())
     assert len(made) == 1 and made[0] in sandbox._SCRATCH
     for path in [p for p in sandbox._SCRATCH if p.parent == tmp_path]:  # remove_own_scratch, for this folder only
         sandbox.remove_scratch(path)
