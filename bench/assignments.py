@@ -16,7 +16,7 @@ correct notebook spends in tests (the issue's target: at most 3), the largest
 batch (every process of ``jaxgrade grade`` and its sandboxes, sampled every 0.2 s; the target:
 under 4 GiB for 2 jobs).  It never asserts: it prints what it measured.
 
-    python bench/assignments.py --jobs 2 [--only vmap_convolve,pmap] [--wrong 3] [--skip-nbconvert]
+    python bench/assignments.py --jobs 2 [--only vmap_convolve,pmap] [--wrong 3] [--skip-nbconvert] [--next-class]
 """
 
 from __future__ import annotations
@@ -81,12 +81,15 @@ def tree_rss(root_pid: int) -> int:
     return total
 
 
-def grade(name: str, notebooks: list[Path], jobs: int, work: Path) -> dict:
+def grade(name: str, notebooks: list[Path], jobs: int, work: Path, run: str = "first") -> dict:
+    """``run``: "first" (a fresh compilation cache, warmed during the run) or "next" (the same
+    notebooks again, as the next class or section would be, with the cache the first run left)."""
     folder = work / f"{name}-class"
-    folder.mkdir()
-    for nb in notebooks:
-        shutil.copy(nb, folder / nb.name)
-    out = work / f"{name}-out"
+    if run == "first":
+        folder.mkdir()
+        for nb in notebooks:
+            shutil.copy(nb, folder / nb.name)
+    out = work / f"{name}-out-{run}"
     env = {**os.environ, "JAXGRADE_CACHE_DIR": str(work / f"{name}-cache")}
     cmd = [sys.executable, "-m", "grader", "--course", str(ROOT), "grade", "--assignment", name]
     cmd += ["--out", str(out), "--jobs", str(jobs), str(folder)]
@@ -132,27 +135,8 @@ def nbconvert(name: str, notebooks: list[Path], jobs: int, jupyter: str, work: P
     return wall
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--wrong", type=int, default=3, help="wrong notebooks per class, besides every correct one")
-    ap.add_argument("--only", default="", help="comma-separated assignments (default: all nine)")
-    ap.add_argument("--json", type=Path, help="also write the figures here")
-    ap.add_argument("--skip-nbconvert", action="store_true", help="leave out the nbconvert baseline")
-    args = ap.parse_args()
-    names = [n for n in args.only.split(",") if n] or list(ASSIGNMENTS)
-    jupyter = None if args.skip_nbconvert else executable("jupyter", "nbconvert", "nbconvert", "nbconvert")
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="jaxgrade-bench-") as tmp:
-        for name in names:
-            notebooks = pick(name, args.wrong)
-            rows.append(grade(name, notebooks, args.jobs, Path(tmp)))
-            r = rows[-1]
-            base = nbconvert(name, notebooks, args.jobs, jupyter, Path(tmp)) if jupyter else float("nan")
-            r["nbconvert_per_notebook_s"] = base / max(1, len(notebooks))
-            r["vs_nbconvert"] = r["per_notebook_s"] / r["nbconvert_per_notebook_s"]
-            print(f"  {name}: {r['notebooks']} notebooks in {r['wall_s']:.1f}s", file=sys.stderr, flush=True)
-    print(f"first run, {args.jobs} job(s), {os.cpu_count()} CPU(s); targets: tests <= 3 s, batch < 4 GiB")
+def table(title: str, rows: list[dict]) -> None:
+    print(f"{title}; targets: tests <= 3 s, batch < 4 GiB")
     head = f"{'assignment':20} {'nbs':>4} {'wall s':>7} {'s/nb':>6} {'nbconvert s/nb':>15} {'ratio':>6}"
     head += f" {'tests s (correct)':>18} {'max':>6}"
     print(head + f" {'sandbox peak':>13} {'batch peak':>11} {'full marks':>11}")
@@ -164,8 +148,45 @@ def main() -> None:
             f"{r['sandbox_peak_bytes'] / GiB:10.2f} GiB {r['batch_peak_bytes'] / GiB:7.2f} GiB "
             f"{r['full_marks']:>5}/{r['correct']}"
         )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--wrong", type=int, default=3, help="wrong notebooks per class, besides every correct one")
+    ap.add_argument("--only", default="", help="comma-separated assignments (default: all nine)")
+    ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--skip-nbconvert", action="store_true", help="leave out the nbconvert baseline")
+    ap.add_argument(
+        "--next-class",
+        action="store_true",
+        help="grade each class a second time with the compilation cache its first run warmed (the next class)",
+    )
+    args = ap.parse_args()
+    names = [n for n in args.only.split(",") if n] or list(ASSIGNMENTS)
+    jupyter = None if args.skip_nbconvert else executable("jupyter", "nbconvert", "nbconvert", "nbconvert")
+    first: list[dict] = []
+    later: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="jaxgrade-bench-") as tmp:
+        for name in names:
+            notebooks = pick(name, args.wrong)
+            runs = [grade(name, notebooks, args.jobs, Path(tmp))]
+            print(f"  {name}: {len(notebooks)} notebooks in {runs[0]['wall_s']:.1f}s", file=sys.stderr, flush=True)
+            if args.next_class:
+                runs.append(grade(name, notebooks, args.jobs, Path(tmp), run="next"))
+                print(f"  {name}, next class: {runs[1]['wall_s']:.1f}s", file=sys.stderr, flush=True)
+            base = nbconvert(name, notebooks, args.jobs, jupyter, Path(tmp)) if jupyter else float("nan")
+            for r in runs:
+                r["nbconvert_per_notebook_s"] = base / max(1, len(notebooks))
+                r["vs_nbconvert"] = r["per_notebook_s"] / r["nbconvert_per_notebook_s"]
+            first.append(runs[0])
+            later += runs[1:]
+    table(f"first run, {args.jobs} job(s), {os.cpu_count()} CPU(s)", first)
+    if later:
+        print()
+        table("next class: the same notebooks again, with the compilation cache the first run warmed", later)
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=2))
+        args.json.write_text(json.dumps({"first": first, "next": later} if later else first, indent=2))
 
 
 if __name__ == "__main__":
