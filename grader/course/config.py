@@ -317,6 +317,7 @@ class Course(_Model):
             hidden_tests=reference_dir / "tests",
             solution=reference_dir / "solution.py",
             mutants_dir=reference_dir / "mutants",
+            alternatives_dir=reference_dir / "alternatives",
             limits=LimitsConfig(**merged).to_limits(),
             seed=combine_seeds(self.seed, config.seed),
             functions=config.functions,
@@ -361,6 +362,7 @@ class Assignment:
     hidden_tests: Path
     solution: Path
     mutants_dir: Path
+    alternatives_dir: Path  # other correct solutions, in the styles students write (staff only)
     limits: Limits
     seed: int
     functions: tuple[str, ...]
@@ -391,6 +393,14 @@ class Assignment:
             if path.is_file()
         }
         return {"jaxgrade": __version__, "settings": json.loads(json.dumps(settings)), "files": files}
+
+    def alternatives(self) -> list[Path]:
+        """The staff's other correct solutions (``reference/<name>/alternatives/*.py``), written the
+        ways students write them (the tutorial's loop, another split of the keys): `jaxgrade
+        validate` requires full marks of each, and the trusted compilation cache is warmed with
+        them too.  They decide no grade, so they are not part of :meth:`version`."""
+        folder = self.alternatives_dir
+        return sorted(p for p in folder.glob("*.py") if p.is_file()) if folder.is_dir() else []
 
     def hidden_salt(self) -> int:
         """A number only the staff's side can compute: a digest of the reference solution and the

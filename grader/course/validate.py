@@ -1,5 +1,5 @@
-"""``jaxgrade validate``: the reference earns full marks, every mutant loses points in its
-category, the starter earns (nearly) nothing, and nothing crashes.
+"""``jaxgrade validate``: the reference and every alternative solution earn full marks, every
+mutant loses points in its category, the starter earns (nearly) nothing, and nothing crashes.
 
 An assignment that ``jaxgrade new`` wrote and its author has not finished is not graded: the
 report lists what is left to write instead (:func:`grader.course.scaffold.todos`)."""
@@ -92,6 +92,10 @@ def validate(assignment: Assignment, *, jobs: int = 2, isolation: str = "auto") 
         ref_nb = tmp / "reference.ipynb"
         nbformat.write(notebook_from_script(assignment.solution.read_text(encoding="utf-8"), assignment.name), ref_nb)
         subjects[ref_nb] = ("reference", None)
+        for alt in assignment.alternatives():  # other correct solutions: full marks too
+            nb_path = tmp / f"alternative_{alt.stem}.ipynb"
+            nbformat.write(notebook_from_script(alt.read_text(encoding="utf-8"), assignment.name), nb_path)
+            subjects[nb_path] = (f"alternative {alt.stem}", None)
         starter = tmp / "starter.ipynb"
         shutil.copyfile(assignment.starter, starter)
         subjects[starter] = ("starter", None)
@@ -109,7 +113,7 @@ def validate(assignment: Assignment, *, jobs: int = 2, isolation: str = "auto") 
         for path, (label, cat) in subjects.items():
             rec = records[path]
             crash = _crashed(rec)
-            if label == "reference":
+            if label == "reference" or label.startswith("alternative "):
                 ok = not crash and rec.max_score > 0 and rec.score == rec.max_score
                 failed = [f"{t.name}: {t.message[:150]}" for t in rec.tests if t.status != "passed"]
                 detail = crash or _summary(rec) + (" — " + "; ".join(failed[:3]) if failed else "")

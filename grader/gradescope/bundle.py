@@ -84,7 +84,7 @@ def build_bundle(course: Course, name: str, out_zip: Path) -> Path:
     ]
     members += [(f"{PACKAGE_DIR}/{rel}", data, False) for rel, data in _package_files()]
     for folder in (assignment.student_dir, assignment.reference_dir):
-        skip = {assignment.mutants_dir.resolve()}
+        skip = {assignment.mutants_dir.resolve(), assignment.alternatives_dir.resolve()}  # for validate and warming
         for path in _walk(folder, skip):
             members.append((path.relative_to(course.root).as_posix(), path.read_bytes(), False))
     with atomic_target(out_zip) as tmp, zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import hashlib
 import importlib.util
 import logging
 import os
@@ -38,7 +39,13 @@ from grader.host.eval_cache import EvalCache, beside
 from grader.host.sandbox import SandboxSetupError, choose_isolation, sandbox_env
 from grader.host.session import Session
 from grader.host.xla_cache import XlaCache
-from grader.intake.notebook import NotebookError, load_notebook, notebook_from_script, sha256_file
+from grader.intake.notebook import (
+    NotebookError,
+    completed_starter,
+    load_notebook,
+    notebook_from_script,
+    sha256_file,
+)
 
 if TYPE_CHECKING:
     from grader.course.config import Assignment
@@ -407,7 +414,7 @@ def _grade_in_worker(
         student=student,
         isolation=isolation,
         public_only=public_only,
-        xla_cache=xla_cache.ready(Path(cache)) if cache else None,  # once the warming task published it
+        xla_cache=_ready_cache(assignment, cache),  # once the warming task published it
         eval_cache=EvalCache(beside(Path(cache))) if cache else None,  # from the first notebook on
     )
     return rec.to_dict()
@@ -415,6 +422,10 @@ def _grade_in_worker(
 
 _WARM = "warm the trusted compilation cache"
 WARM_MIN = 3  # notebooks graded one at a time from which warming first pays (a pool warms beside them)
+#: Submissions in a batch from which warming with the alternative solutions too first pays: on 2
+#: cores, grading prng_keys's two alternatives cost a first run about 18 s, and saved the next
+#: class about 0.4 s of wall time per notebook (bench/README.md).
+ALTERNATIVES_MIN = 50
 
 
 #: What a trusted worker process may be asked to do, by name (plain data: the pool pickles it, a
@@ -442,9 +453,38 @@ def _sandbox_xla_env(assignment: Assignment) -> dict[str, str]:
     return {**sandbox_env("bwrap", "/sandbox"), **_env_for(assignment)}
 
 
-def trusted_cache_dir(assignment: Assignment) -> Path:
-    """Where the assignment's trusted compilation cache lives (grader/host/xla_cache.py)."""
-    return xla_cache.cache_dir(assignment.name, assignment.version(), _sandbox_xla_env(assignment))
+def trusted_cache_dir(assignment: Assignment, *, alternatives: bool = False) -> Path:
+    """Where the assignment's trusted compilation cache lives (grader/host/xla_cache.py): one per
+    assignment version and per set of notebooks it is warmed with (:func:`warm_notebooks`).  With
+    ``alternatives``, the one warmed with the alternative solutions too (the same folder when the
+    assignment has none)."""
+    h = hashlib.sha256()
+    for path in [assignment.starter, *(assignment.alternatives() if alternatives else [])]:
+        with contextlib.suppress(OSError):
+            h.update(path.name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    version = f"{assignment.version()}+{h.hexdigest()[:16]}"
+    return xla_cache.cache_dir(assignment.name, version, _sandbox_xla_env(assignment))
+
+
+def cache_plan(assignment: Assignment, n: int) -> tuple[Path, bool]:
+    """The cache a batch of ``n`` submissions reads, and whether it must warm it first.
+
+    The cache warmed with the alternative solutions too is used whenever it is there.  A batch
+    warms it only when it is large enough (:data:`ALTERNATIVES_MIN`) to win back the minutes that
+    grading the alternatives takes; a smaller one warms (or reads) the reference's alone."""
+    wide = trusted_cache_dir(assignment, alternatives=True)
+    if xla_cache.ready(wide) is not None:
+        return wide, False
+    final = wide if n >= ALTERNATIVES_MIN else trusted_cache_dir(assignment)
+    return final, xla_cache.ready(final) is None
+
+
+def _ready_cache(assignment: Assignment, cache: str | None) -> XlaCache | None:
+    """The batch's cache once it is published; until then, the reference's alone if an earlier
+    batch left it (a batch warming the wider one grades its first submissions with it)."""
+    if not cache:
+        return None
+    return xla_cache.ready(Path(cache)) or xla_cache.ready(trusted_cache_dir(assignment))
 
 
 def cache_status(assignment: Assignment, isolation: str, cache: bool = True, *, jobs: int = 1, n: int = 1) -> str:
@@ -453,40 +493,76 @@ def cache_status(assignment: Assignment, isolation: str, cache: bool = True, *, 
         return "compilation cache: off (--no-cache)"
     if choose_isolation(isolation) != "bwrap":
         return "compilation cache: off (only bubblewrap sandboxes can mount it read-only)"
-    final = trusted_cache_dir(assignment)
-    if xla_cache.ready(final) is not None:
+    final, warm = cache_plan(assignment, n)
+    if not warm:
         return f"compilation cache: {final}"
     if jobs <= 1 and assignment.config.devices <= 1 and n < WARM_MIN:
         return f"compilation cache: none yet for this assignment version (a batch of {WARM_MIN} or more warms it)"
-    return f"compilation cache: warming {final} by grading the reference once, beside the first submissions"
+    what = "the reference"
+    alternatives = len(assignment.alternatives()) if final == trusted_cache_dir(assignment, alternatives=True) else 0
+    if alternatives:
+        what += f" and {alternatives} alternative solution(s)"
+    return f"compilation cache: warming {final} by grading {what} once, beside the first submissions"
+
+
+def warm_notebooks(assignment: Assignment, folder: Path, *, alternatives: bool = True) -> list[tuple[str, Path]]:
+    """The trusted notebooks that warm the cache, written into ``folder``: the starter completed
+    with the reference solution, then with each of the staff's alternative solutions
+    (:meth:`Assignment.alternatives`).  So the cache holds what every student's notebook runs (the
+    tutorial's cells, the checks that call the functions) and what the hidden tests' calls compile
+    for the usual ways of writing a solution, not only the reference's way.  (label, path) pairs."""
+    starter = None
+    if assignment.starter.is_file():
+        try:
+            starter = load_notebook(assignment.starter).node
+        except NotebookError as exc:
+            log.warning("warming the compilation cache without the starter's cells: %s", exc)
+    out: list[tuple[str, Path]] = []
+    others = assignment.alternatives() if alternatives else []
+    for label, script in [("the reference", assignment.solution)] + [
+        (f"the alternative solution {p.name}", p) for p in others
+    ]:
+        source = script.read_text(encoding="utf-8")
+        nb = (
+            completed_starter(starter, source, assignment.functions, assignment.name)
+            if starter is not None
+            else notebook_from_script(source, assignment.name)
+        )
+        path = folder / f"warm-{len(out)}.ipynb"
+        nbformat.write(nb, path)
+        out.append((label, path))
+    return out
 
 
 def warm_cache(assignment: Assignment, isolation: str, final: Path) -> int:
-    """Grade the reference solution once with a writable cache, and publish what it compiled.
+    """Grade the trusted notebooks (:func:`warm_notebooks`) once each with a writable cache, and
+    publish what they compiled.
 
-    The only code in that sandbox is the reference and the tests: trusted, so what it writes may
-    be read by every submission.  Returns the entries published (0 when warming failed: grading
-    then goes on without the cache, only slower)."""
+    The only code in those sandboxes is the staff's (the starter, the reference and its
+    alternatives) and the tests: trusted, so what they write may be read by every submission.
+    Returns the entries published (0 when warming failed: grading then goes on without the cache,
+    only slower)."""
     staged = xla_cache.staging()
     try:
-        nb_path = staged.parent / "reference.ipynb"
-        nbformat.write(notebook_from_script(assignment.solution.read_text(encoding="utf-8"), assignment.name), nb_path)
-        rec = grade_notebook(
-            assignment,
-            nb_path,
-            student="reference",
-            isolation=isolation,
-            xla_cache=XlaCache(staged, writable=True),
-            eval_cache=EvalCache(beside(final)),  # the reference's modules: students who write the same get them
-        )
-        if rec.status != "graded" or rec.score < rec.max_score:
-            log.warning(
-                "warming the compilation cache: the reference earned %g/%g (%s); run `jaxgrade validate %s`",
-                rec.score,
-                rec.max_score,
-                rec.status,
-                assignment.name,
+        wide = final == trusted_cache_dir(assignment, alternatives=True)
+        for label, nb_path in warm_notebooks(assignment, staged.parent, alternatives=wide):
+            rec = grade_notebook(
+                assignment,
+                nb_path,
+                student="reference",
+                isolation=isolation,
+                xla_cache=XlaCache(staged, writable=True),
+                eval_cache=EvalCache(beside(final)),  # the staff's modules: students who write the same get them
             )
+            if rec.status != "graded" or rec.score < rec.max_score:
+                log.warning(
+                    "warming the compilation cache: %s earned %g/%g (%s); run `jaxgrade validate %s`",
+                    label,
+                    rec.score,
+                    rec.max_score,
+                    rec.status,
+                    assignment.name,
+                )
         final.parent.mkdir(parents=True, exist_ok=True)
         return xla_cache.publish(staged, final)
     except Exception as exc:  # the cache only saves time: never let it cost a batch
@@ -509,19 +585,21 @@ def grade_many(
     """Grade several notebooks, ``jobs`` at a time, each in a fresh trusted worker process pool.
 
     With ``cache`` (and bubblewrap), the sandboxes read the assignment's trusted compilation
-    cache, which is warmed first by grading the reference once if it is not there yet, and the
+    cache, which is warmed first if it is not there yet (:func:`cache_plan`: the starter completed
+    with the reference, and for a large batch with each alternative solution too), and the
     evaluator's answers are kept for the submissions (and batches) that export the same modules."""
     protect_trusted()
     students = students or {}
     out: dict[Path, Record] = {}
     devices = assignment.config.devices
     iso = choose_isolation(isolation)
-    final = trusted_cache_dir(assignment) if cache and iso == "bwrap" and paths and not public_only else None
-    warm = final is not None and xla_cache.ready(final) is None
+    final, warm = (
+        cache_plan(assignment, len(paths)) if cache and iso == "bwrap" and paths and not public_only else (None, False)
+    )
     if jobs <= 1 and devices <= 1:
         if warm and final is not None and len(paths) >= WARM_MIN:
             warm_cache(assignment, iso, final)
-        ready = xla_cache.ready(final) if final is not None else None
+        ready = _ready_cache(assignment, str(final) if final is not None else None)
         answers = EvalCache(beside(final)) if final is not None else None
         for p in paths:
             rec = grade_one(

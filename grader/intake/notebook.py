@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -359,6 +360,41 @@ def notebook_from_script(source: str, assignment: str | None = None) -> Any:
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("\n".join(c).strip("\n")) for c in cells if "".join(c).strip()]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    if assignment:
+        nb.metadata["jaxgrade"] = {"assignment": assignment}
+    return nb
+
+
+def completed_starter(
+    starter: Any, source: str, functions: tuple[str, ...] | list[str], assignment: str | None = None
+) -> Any:
+    """The starter notebook as a student hands it in with ``source`` (a ``# %%`` script) as their
+    solution: the script's cells stand where the first code cell that names one of ``functions``
+    stood (the first TODO), and every starter cell that defines one of them (a stub) is left out.
+    Its other cells (the tutorial's, the checks that call the functions) are kept as they are.
+
+    Trusted code only (the staff's starter and solutions): the trusted compilation cache is warmed
+    with it, so that the programs every student's notebook runs are compiled once, by the staff."""
+    solution = notebook_from_script(source, assignment)
+    names = set(functions)
+    word = re.compile(r"\b(" + "|".join(map(re.escape, sorted(names))) + r")\b") if names else None
+    cells: list[Any] = []
+    placed = False
+    for cell in starter.cells:
+        if cell.cell_type != "code":
+            continue
+        src = cell.source if isinstance(cell.source, str) else "".join(cell.source)
+        if not placed and word is not None and word.search(src):
+            cells += solution.cells
+            placed = True
+        if any(definition_sources([src], name) for name in names):
+            continue  # a stub: the solution's definition stands instead
+        cells.append(nbformat.v4.new_code_cell(src))
+    if not placed:
+        cells += solution.cells
+    nb = nbformat.v4.new_notebook()
+    nb.cells = cells
+    nb.metadata["kernelspec"] = dict(solution.metadata["kernelspec"])
     if assignment:
         nb.metadata["jaxgrade"] = {"assignment": assignment}
     return nb

@@ -88,3 +88,21 @@ def test_mutant_header_is_required(tmp_path: Path) -> None:
         mutant_category(p)
     p.write_text("# jaxgrade-mutant: fails=numerics\n")
     assert mutant_category(p) == "numerics"
+
+
+def test_every_alternative_solution_must_earn_full_marks(tmp_path: Path) -> None:
+    """An alternative solution is the staff's word that a way of writing it is correct: validate
+    grades each one and fails when one loses points (a test asks more than the contract, or the
+    alternative is wrong)."""
+    root = make_course(tmp_path, {"off_by_one": OFF_BY_ONE})
+    alternatives = root / "reference" / "toy" / "alternatives"
+    alternatives.mkdir()
+    (alternatives / "sum.py").write_text(
+        "import jax.numpy as jnp\n# %%\ndef double(x):\n    return x + jnp.asarray(x)\n"
+    )
+    (alternatives / "with_numpy.py").write_text(NOT_JITTABLE.split("\n", 1)[1])
+    report = validate(load_course(root).assignment("toy"), jobs=1)
+    by_label = {o.label: o for o in report.outcomes}
+    assert by_label["alternative sum"].ok and by_label["alternative sum"].expectation == "full marks"
+    assert not by_label["alternative with_numpy"].ok and "2/3" in by_label["alternative with_numpy"].detail
+    assert [o.label for o in report.outcomes if not o.ok] == ["alternative with_numpy"] and not report.ok

@@ -59,6 +59,15 @@ def _results(root: Path) -> dict:
 # --------------------------------------------------------------------------- the bundle
 
 
+def test_the_bundle_leaves_out_what_only_validate_and_warming_read(tmp_path: Path) -> None:
+    """prng_keys has mutants and alternative solutions: neither grades anyone, so neither ships."""
+    out = build_bundle(load_course(REPO), "prng_keys", tmp_path / "autograder.zip")
+    names = zipfile.ZipFile(out).namelist()
+    assert "reference/prng_keys/solution.py" in names
+    assert (REPO / "reference" / "prng_keys" / "alternatives").is_dir()
+    assert not [n for n in names if "/mutants/" in n or "/alternatives/" in n]
+
+
 def test_bundle_members(bundle):
     with zipfile.ZipFile(bundle) as zf:
         infos = {i.filename: i for i in zf.infolist()}

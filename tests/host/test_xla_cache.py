@@ -17,7 +17,15 @@ from pathlib import Path
 import pytest
 
 from grader.course.config import load_course
-from grader.grading.grade import cache_status, grade_many, grade_notebook, trusted_cache_dir, warm_cache
+from grader.grading.grade import (
+    cache_plan,
+    cache_status,
+    grade_many,
+    grade_notebook,
+    trusted_cache_dir,
+    warm_cache,
+    warm_notebooks,
+)
 from grader.host import xla_cache
 from grader.host.sandbox import choose_isolation
 from grader.host.xla_cache import XlaCache
@@ -180,6 +188,90 @@ def test_a_batch_warms_the_cache_from_the_reference_once(bwrap_course: Path, tmp
     mtime = final.stat().st_mtime_ns
     grade_many(a, paths[:1], jobs=2)
     assert final.stat().st_mtime_ns == mtime  # warmed once: the next batch only reads it
+
+
+def test_the_cache_is_new_when_what_warms_it_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The starter and the alternative solutions decide no grade (not in the assignment's
+    version), but they decide what the cache holds: a changed one is warmed into a new cache."""
+    monkeypatch.setenv("JAXGRADE_CACHE_DIR", str(tmp_path / "cache"))
+    course = make_minicourse(tmp_path / "course")
+
+    def folder(alternatives: bool = True) -> Path:
+        return trusted_cache_dir(load_course(course).assignment("double", staff=True), alternatives=alternatives)
+
+    first = folder()
+    assert folder() == first == folder(alternatives=False)  # no alternatives: one cache
+    alternatives = course / "reference" / "double" / "alternatives"
+    alternatives.mkdir()
+    (alternatives / "plus.py").write_text("def double(x):\n    return x + x\n")
+    second = folder()
+    assert folder(alternatives=False) == first  # the reference's own cache does not change
+    (course / "assignments" / "double" / "double.ipynb").write_text(build_notebook("# TODO: double(x)"))
+    third = folder()
+    assert len({first, second, third, folder(alternatives=False)}) == 4
+    assert load_course(course).assignment("double").version() == load_course(course).assignment("double").version()
+
+
+def test_only_a_large_batch_warms_with_the_alternatives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Grading the alternatives takes the warming task longer: a batch too small to win that back
+    warms (or reads) the reference's cache; the wider cache is read whenever it is there."""
+    from grader.grading.grade import ALTERNATIVES_MIN
+
+    monkeypatch.setenv("JAXGRADE_CACHE_DIR", str(tmp_path / "cache"))
+    course = make_minicourse(tmp_path / "course")
+    (course / "reference" / "double" / "alternatives").mkdir()
+    (course / "reference" / "double" / "alternatives" / "plus.py").write_text("def double(x):\n    return x + x\n")
+    a = load_course(course).assignment("double", staff=True)
+    base, wide = trusted_cache_dir(a), trusted_cache_dir(a, alternatives=True)
+    assert base != wide
+    assert cache_plan(a, ALTERNATIVES_MIN - 1) == (base, True)
+    assert cache_plan(a, ALTERNATIVES_MIN) == (wide, True)
+    base.mkdir(parents=True)
+    assert cache_plan(a, 1) == (base, False)
+    assert cache_plan(a, ALTERNATIVES_MIN) == (wide, True)
+    if choose_isolation("auto") == "bwrap":
+        assert cache_status(a, "bwrap", jobs=2, n=ALTERNATIVES_MIN) == (
+            f"compilation cache: warming {wide} by grading the reference and 1 alternative solution(s) once, "
+            "beside the first submissions"
+        )
+    wide.mkdir(parents=True)
+    assert cache_plan(a, 1) == (wide, False)
+
+
+STARTER_CELL = "import jax.numpy as jnp\njnp.cos(jnp.arange(13.0)).block_until_ready()  # the tutorial's"
+ALTERNATIVE = "import jax.numpy as jnp\n# %%\njnp.sin(jnp.arange(11.0)).block_until_ready()\n# %%\ndef double(x):\n    return x + x\n"
+COUNT_BOTH = """
+import jax.numpy as jnp
+from jax import monitoring
+HITS = []
+monitoring.register_event_listener(lambda name, **kw: HITS.append(name) if name.endswith("cache_hits") else None)
+jnp.cos(jnp.arange(13.0)).block_until_ready()
+FROM_STARTER = len(HITS)
+jnp.sin(jnp.arange(11.0)).block_until_ready()
+FROM_ALTERNATIVE = len(HITS) - FROM_STARTER
+"""
+RIGHT_IF_BOTH = "def double(x):\n    return 2 * x if FROM_STARTER and FROM_ALTERNATIVE else 3 * x"
+
+
+@pytest.mark.slow
+def test_the_cache_holds_what_the_starter_and_the_alternatives_compiled(bwrap_course: Path, tmp_path: Path) -> None:
+    """Warming runs the starter's own cells (in every student's notebook) with the reference in
+    place of the stubs, and each alternative solution the same way: a student whose notebook runs
+    the same computations reads them from the cache."""
+    student = bwrap_course / "assignments" / "double"
+    (student / "double.ipynb").write_text(build_notebook(STARTER_CELL, "def double(x):\n    raise NotImplementedError"))
+    (bwrap_course / "reference" / "double" / "alternatives").mkdir()
+    (bwrap_course / "reference" / "double" / "alternatives" / "plus.py").write_text(ALTERNATIVE)
+    a = load_course(bwrap_course).assignment("double", staff=True)
+    counting = tmp_path / "counting.ipynb"
+    counting.write_text(build_notebook(COUNT_BOTH, RIGHT_IF_BOTH))
+    assert [label for label, _ in warm_notebooks(a, tmp_path, alternatives=False)] == ["the reference"]
+    final = trusted_cache_dir(a, alternatives=True)
+    assert warm_cache(a, "bwrap", final) >= 2
+    cache = xla_cache.ready(final)
+    assert cache is not None
+    assert grade_notebook(a, counting, xla_cache=cache).score == 4  # both were hits
+    assert grade_notebook(a, counting).score == 0  # and without the cache, neither
 
 
 def test_warming_failure_costs_nothing_but_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from grader.intake.notebook import (
     NotebookError,
+    completed_starter,
     definition_sources,
     fresh_jit_in_loop,
     load_notebook,
@@ -179,3 +180,40 @@ def test_writes_into_arguments(cells: list[str], found: str) -> None:
         else ("inc" if any("def inc" in c for c in cells) else "clamp")
     )
     assert writes_into_arguments(cells, name) == found
+
+
+def test_a_completed_starter_puts_the_solution_where_the_first_todo_stood() -> None:
+    """What the trusted cache is warmed with: the starter's own cells run as in every student's
+    notebook, the solution's cells stand at the first cell that names a function (the first TODO),
+    stubs are left out, and the cells that call the functions afterwards call the solution's."""
+    starter = nbformat.v4.new_notebook()
+    starter.cells = [
+        nbformat.v4.new_markdown_cell("# Homework"),
+        nbformat.v4.new_code_cell("import jax.numpy as jnp"),
+        nbformat.v4.new_code_cell("def double_it_slowly(x):\n    return x + x"),  # a name that contains one
+        nbformat.v4.new_code_cell("# TODO 1: define double(x) here"),
+        nbformat.v4.new_code_cell("def triple(x):\n    raise NotImplementedError"),  # a stub
+        nbformat.v4.new_code_cell("%time print(double(jnp.ones(3)))"),
+    ]
+    script = "import jax.numpy as jnp\n# %%\ndef double(x):\n    return 2 * x\n# %%\ntriple = lambda x: 3 * x\n"
+    nb = completed_starter(starter, script, ("double", "triple"), "toy")
+    assert [c.source for c in nb.cells] == [
+        "import jax.numpy as jnp",
+        "def double_it_slowly(x):\n    return x + x",
+        "import jax.numpy as jnp",
+        "def double(x):\n    return 2 * x",
+        "triple = lambda x: 3 * x",
+        "# TODO 1: define double(x) here",
+        "%time print(double(jnp.ones(3)))",
+    ]
+    assert all(c.cell_type == "code" for c in nb.cells) and nb.metadata["jaxgrade"] == {"assignment": "toy"}
+    nbformat.validate(nb)
+    # a starter that never names a function: the solution goes at the end
+    plain = nbformat.v4.new_notebook()
+    plain.cells = [nbformat.v4.new_code_cell("x = 1")]
+    assert [c.source for c in completed_starter(plain, script, ("double",)).cells] == [
+        "x = 1",
+        "import jax.numpy as jnp",
+        "def double(x):\n    return 2 * x",
+        "triple = lambda x: 3 * x",
+    ]
