@@ -345,7 +345,7 @@ def _grade_batch(batch: Batch, intake: IntakeReport, args: argparse.Namespace, o
         )
         if todo and args.scheduler:
             print(
-                "compilation cache: each worker machine's own, warmed there by grading the reference once"
+                "compilation cache: each worker machine's own, warmed there by grading the starter with the reference in it once"
                 if batch.cache
                 else "compilation cache: off (--no-cache)",
                 file=err,

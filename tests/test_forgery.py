@@ -217,15 +217,14 @@ def test_the_evaluators_kept_answers_are_out_of_reach(graded: Callable[[str], di
     import os
 
     from grader.course.config import load_course
-    from grader.grading.grade import trusted_cache_dir
-    from grader.host.eval_cache import beside
+    from grader.grading.grade import answers_dir
 
     if isolation != "bwrap":  # the answers are kept under bubblewrap only
         if os.environ.get("JAXGRADE_REQUIRE_BWRAP", "") not in ("", "0"):
             pytest.fail("bubblewrap is required (JAXGRADE_REQUIRE_BWRAP is set) but does not work here")
         pytest.skip("the evaluator's answers are kept under bubblewrap only")
     graded("vmap_convolve")
-    folder = beside(trusted_cache_dir(load_course(harness.ROOT).assignment("vmap_convolve")))
+    folder = answers_dir(load_course(harness.ROOT).assignment("vmap_convolve"))
     analyses = []
     for path in folder.rglob("*"):
         if not path.is_file():

@@ -58,9 +58,8 @@ import distributed
 import grader
 from grader.batch.pool import Lost, Raised
 from grader.course.config import COURSE_FILE, Assignment, ConfigError, load_course
-from grader.grading.grade import _bug_record, _init_worker, _lost_record, _task, trusted_cache_dir
+from grader.grading.grade import _bug_record, _init_worker, _lost_record, _task, cache_plan
 from grader.grading.record import Record, cap_record
-from grader.host import xla_cache
 from grader.host.sandbox import choose_isolation
 
 log = logging.getLogger(__name__)
@@ -363,12 +362,12 @@ def _cache_for(assignment: Assignment, root: Path, iso: str) -> str | None:
     others grade without it meanwhile)."""
     if iso != "bwrap":
         return None
-    final = trusted_cache_dir(assignment)
-    if xla_cache.ready(final) is None and _WARM_LOCK.acquire(blocking=False):
+    final, warm = cache_plan(assignment, 0)  # the wider one if it is there; never warmed here
+    if warm and _WARM_LOCK.acquire(blocking=False):
         try:
-            if assignment.version() not in _WARM_TRIED:
-                _WARM_TRIED.add(assignment.version())
-                _in_child(assignment.config.devices, ["warm", str(root), assignment.name, iso, str(final)])
+            if str(final) not in _WARM_TRIED:  # the folder's name covers the starter too
+                _WARM_TRIED.add(str(final))
+                _in_child(assignment.config.devices, ["warm", str(root), assignment.name, iso, str(final), False])
         finally:
             _WARM_LOCK.release()
     return str(final)  # the child reads it only once it is published

@@ -1,5 +1,7 @@
-"""``jaxgrade validate``: the reference and every alternative solution earn full marks, every
-mutant loses points in its category, the starter earns (nearly) nothing, and nothing crashes.
+"""``jaxgrade validate``: the reference and every alternative solution earn full marks, handed in
+the way students hand theirs in (the starter with the solution in it, every cell running
+without an error), every mutant loses points in its category, the starter earns (nearly)
+nothing, and nothing crashes.
 
 An assignment that ``jaxgrade new`` wrote and its author has not finished is not graded: the
 report lists what is left to write instead (:func:`grader.course.scaffold.todos`)."""
@@ -18,7 +20,7 @@ from grader.course.config import Assignment, ConfigError
 from grader.course.scaffold import todos
 from grader.grading.grade import grade_many
 from grader.grading.record import CATEGORIES, Record
-from grader.intake.notebook import notebook_from_script
+from grader.intake.notebook import completed_starter, load_notebook, notebook_from_script
 
 MUTANT_HEADER = re.compile(r"^#\s*jaxgrade-mutant:\s*fails=(\w+)\s*$")
 STARTER_MAX_FRACTION = 0.1
@@ -75,6 +77,11 @@ def _summary(rec: Record) -> str:
     )
 
 
+def _cell_failure(cell: dict) -> str:
+    what = ": ".join(filter(None, [str(cell.get("ename", "")), str(cell.get("evalue", ""))[:100]]))
+    return f"cell {cell.get('index')} {cell.get('status')}" + (f" ({what})" if what else "")
+
+
 def _crashed(rec: Record) -> str:
     if rec.status != "graded":
         return f"status {rec.status}: {rec.message[:200]}"
@@ -89,13 +96,16 @@ def validate(assignment: Assignment, *, jobs: int = 2, isolation: str = "auto") 
     tmp = Path(tempfile.mkdtemp(prefix="jaxgrade-validate-"))
     try:
         subjects: dict[Path, tuple[str, str | None]] = {}
-        ref_nb = tmp / "reference.ipynb"
-        nbformat.write(notebook_from_script(assignment.solution.read_text(encoding="utf-8"), assignment.name), ref_nb)
-        subjects[ref_nb] = ("reference", None)
-        for alt in assignment.alternatives():  # other correct solutions: full marks too
-            nb_path = tmp / f"alternative_{alt.stem}.ipynb"
-            nbformat.write(notebook_from_script(alt.read_text(encoding="utf-8"), assignment.name), nb_path)
-            subjects[nb_path] = (f"alternative {alt.stem}", None)
+        # the reference and the alternatives as students hand them in: the starter, filled in
+        # (what the compilation cache is warmed with, too)
+        starter_nb = load_notebook(assignment.starter).node
+        for label, script in [("reference", assignment.solution)] + [
+            (f"alternative {alt.stem}", alt) for alt in assignment.alternatives()
+        ]:
+            nb_path = tmp / f"{label.replace(' ', '_')}.ipynb"
+            source = script.read_text(encoding="utf-8")
+            nbformat.write(completed_starter(starter_nb, source, assignment.functions, assignment.name), nb_path)
+            subjects[nb_path] = (label, None)
         starter = tmp / "starter.ipynb"
         shutil.copyfile(assignment.starter, starter)
         subjects[starter] = ("starter", None)
@@ -114,8 +124,9 @@ def validate(assignment: Assignment, *, jobs: int = 2, isolation: str = "auto") 
             rec = records[path]
             crash = _crashed(rec)
             if label == "reference" or label.startswith("alternative "):
-                ok = not crash and rec.max_score > 0 and rec.score == rec.max_score
-                failed = [f"{t.name}: {t.message[:150]}" for t in rec.tests if t.status != "passed"]
+                cells = [_cell_failure(c) for c in rec.cells if c.get("status") != "ok"]
+                ok = not crash and not cells and rec.max_score > 0 and rec.score == rec.max_score
+                failed = cells + [f"{t.name}: {t.message[:150]}" for t in rec.tests if t.status != "passed"]
                 detail = crash or _summary(rec) + (" — " + "; ".join(failed[:3]) if failed else "")
                 report.outcomes.append(Outcome(label, "full marks", ok, detail))
             elif label == "starter":

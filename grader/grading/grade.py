@@ -415,7 +415,7 @@ def _grade_in_worker(
         isolation=isolation,
         public_only=public_only,
         xla_cache=_ready_cache(assignment, cache),  # once the warming task published it
-        eval_cache=EvalCache(beside(Path(cache))) if cache else None,  # from the first notebook on
+        eval_cache=EvalCache(answers_dir(assignment)) if cache else None,  # from the first notebook on
     )
     return rec.to_dict()
 
@@ -441,9 +441,10 @@ def _task(kind: str, *args: Any) -> Any:
     return TASKS[kind](*args)
 
 
-def _warm_in_worker(root: str, name: str, isolation: str, final: str) -> int:
+def _warm_in_worker(root: str, name: str, isolation: str, final: str, alternatives: bool = False) -> int:
     logging.basicConfig(level=logging.WARNING)
-    return warm_cache(load_course(Path(root)).assignment(name, staff=True), isolation, Path(final))
+    assignment = load_course(Path(root)).assignment(name, staff=True)
+    return warm_cache(assignment, isolation, Path(final), alternatives=alternatives)
 
 
 TASKS.update(grade=_grade_in_worker, warm=_warm_in_worker)
@@ -460,10 +461,23 @@ def trusted_cache_dir(assignment: Assignment, *, alternatives: bool = False) -> 
     assignment has none)."""
     h = hashlib.sha256()
     for path in [assignment.starter, *(assignment.alternatives() if alternatives else [])]:
-        with contextlib.suppress(OSError):
-            h.update(path.name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+        try:
+            data = path.read_bytes()
+            if path.suffix == ".ipynb":  # only its code runs: a changed text or output is the same cache
+                with contextlib.suppress(NotebookError):
+                    data = "\0".join(load_notebook(path).code_cells()).encode()
+        except OSError:
+            continue
+        h.update(path.name.encode() + b"\0" + hashlib.sha256(data).digest())
     version = f"{assignment.version()}+{h.hexdigest()[:16]}"
     return xla_cache.cache_dir(assignment.name, version, _sandbox_xla_env(assignment))
+
+
+def answers_dir(assignment: Assignment) -> Path:
+    """Where the evaluator's kept answers for the assignment live (grader/host/eval_cache.py):
+    keyed by the assignment version, the sandbox's XLA flags and the evaluator's code, and shared
+    by every compilation cache of that version (whichever notebooks warmed it)."""
+    return beside(xla_cache.cache_dir(assignment.name, assignment.version(), _sandbox_xla_env(assignment)))
 
 
 def cache_plan(assignment: Assignment, n: int) -> tuple[Path, bool]:
@@ -498,11 +512,16 @@ def cache_status(assignment: Assignment, isolation: str, cache: bool = True, *, 
         return f"compilation cache: {final}"
     if jobs <= 1 and assignment.config.devices <= 1 and n < WARM_MIN:
         return f"compilation cache: none yet for this assignment version (a batch of {WARM_MIN} or more warms it)"
-    what = "the reference"
+    what = "the starter with the reference in it"
     alternatives = len(assignment.alternatives()) if final == trusted_cache_dir(assignment, alternatives=True) else 0
     if alternatives:
-        what += f" and {alternatives} alternative solution(s)"
-    return f"compilation cache: warming {final} by grading {what} once, beside the first submissions"
+        what += f", and with each of {alternatives} alternative solution(s)"
+    when = (
+        "before the first submission"
+        if jobs <= 1 and assignment.config.devices <= 1
+        else "beside the first submissions"
+    )
+    return f"compilation cache: warming {final} by grading {what} once, {when}"
 
 
 def warm_notebooks(assignment: Assignment, folder: Path, *, alternatives: bool = True) -> list[tuple[str, Path]]:
@@ -522,7 +541,13 @@ def warm_notebooks(assignment: Assignment, folder: Path, *, alternatives: bool =
     for label, script in [("the reference", assignment.solution)] + [
         (f"the alternative solution {p.name}", p) for p in others
     ]:
-        source = script.read_text(encoding="utf-8")
+        try:
+            source = script.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            if script == assignment.solution:
+                raise
+            log.warning("warming the compilation cache without %s: %s", label, exc)
+            continue
         nb = (
             completed_starter(starter, source, assignment.functions, assignment.name)
             if starter is not None
@@ -534,7 +559,7 @@ def warm_notebooks(assignment: Assignment, folder: Path, *, alternatives: bool =
     return out
 
 
-def warm_cache(assignment: Assignment, isolation: str, final: Path) -> int:
+def warm_cache(assignment: Assignment, isolation: str, final: Path, *, alternatives: bool = False) -> int:
     """Grade the trusted notebooks (:func:`warm_notebooks`) once each with a writable cache, and
     publish what they compiled.
 
@@ -544,23 +569,26 @@ def warm_cache(assignment: Assignment, isolation: str, final: Path) -> int:
     only slower)."""
     staged = xla_cache.staging()
     try:
-        wide = final == trusted_cache_dir(assignment, alternatives=True)
-        for label, nb_path in warm_notebooks(assignment, staged.parent, alternatives=wide):
+        for label, nb_path in warm_notebooks(assignment, staged.parent, alternatives=alternatives):
             rec = grade_notebook(
                 assignment,
                 nb_path,
                 student="reference",
                 isolation=isolation,
                 xla_cache=XlaCache(staged, writable=True),
-                eval_cache=EvalCache(beside(final)),  # the staff's modules: students who write the same get them
+                eval_cache=EvalCache(
+                    answers_dir(assignment)
+                ),  # the staff's modules: students who write the same get them
             )
-            if rec.status != "graded" or rec.score < rec.max_score:
+            failed = [f"cell {c.get('index')} {c.get('status')}" for c in rec.cells if c.get("status") != "ok"]
+            if rec.status != "graded" or rec.score < rec.max_score or failed:
                 log.warning(
-                    "warming the compilation cache: %s earned %g/%g (%s); run `jaxgrade validate %s`",
+                    "warming the compilation cache: %s earned %g/%g (%s%s); run `jaxgrade validate %s`",
                     label,
                     rec.score,
                     rec.max_score,
                     rec.status,
+                    "; " + ", ".join(failed[:5]) if failed else "",
                     assignment.name,
                 )
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -598,9 +626,9 @@ def grade_many(
     )
     if jobs <= 1 and devices <= 1:
         if warm and final is not None and len(paths) >= WARM_MIN:
-            warm_cache(assignment, iso, final)
+            warm_cache(assignment, iso, final, alternatives=final == trusted_cache_dir(assignment, alternatives=True))
         ready = _ready_cache(assignment, str(final) if final is not None else None)
-        answers = EvalCache(beside(final)) if final is not None else None
+        answers = EvalCache(answers_dir(assignment)) if final is not None else None
         for p in paths:
             rec = grade_one(
                 assignment,
@@ -624,7 +652,8 @@ def grade_many(
     cached = str(final) if final is not None else None
     tasks: list[tuple[Any, tuple[Any, ...]]] = []
     if warm and final is not None:
-        tasks.append((_WARM, ("warm", root, assignment.name, iso, str(final))))
+        wide = final == trusted_cache_dir(assignment, alternatives=True)
+        tasks.append((_WARM, ("warm", root, assignment.name, iso, str(final), wide)))
     tasks += [(p, ("grade", root, assignment.name, str(p), students.get(p), iso, public_only, cached)) for p in paths]
     with TrustedPool(max(1, jobs), initializer=_init_worker, initargs=(devices, os.getpid())) as pool:
         # an exception here (Ctrl-C, a failed commit, a grader bug) closes the generator, which

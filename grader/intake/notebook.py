@@ -369,12 +369,14 @@ def completed_starter(
     starter: Any, source: str, functions: tuple[str, ...] | list[str], assignment: str | None = None
 ) -> Any:
     """The starter notebook as a student hands it in with ``source`` (a ``# %%`` script) as their
-    solution: the script's cells stand where the first code cell that names one of ``functions``
-    stood (the first TODO), and every starter cell that defines one of them (a stub) is left out.
-    Its other cells (the tutorial's, the checks that call the functions) are kept as they are.
+    solution: every starter cell is kept, in order, and the script's cells follow the first code
+    cell that names one of ``functions`` (the first TODO) and every later cell that binds one of
+    them (a stub, an import, an assignment), so the solution's definitions are the ones in force
+    from the first TODO on, and the cells after it (the checks that call the functions) call
+    them.  Nothing else of a cell is left out.
 
     Trusted code only (the staff's starter and solutions): the trusted compilation cache is warmed
-    with it, so that the programs every student's notebook runs are compiled once, by the staff."""
+    with it, and `jaxgrade validate` grades the reference and the alternatives in this form."""
     solution = notebook_from_script(source, assignment)
     names = set(functions)
     word = re.compile(r"\b(" + "|".join(map(re.escape, sorted(names))) + r")\b") if names else None
@@ -384,12 +386,10 @@ def completed_starter(
         if cell.cell_type != "code":
             continue
         src = cell.source if isinstance(cell.source, str) else "".join(cell.source)
-        if not placed and word is not None and word.search(src):
-            cells += solution.cells
-            placed = True
-        if any(definition_sources([src], name) for name in names):
-            continue  # a stub: the solution's definition stands instead
         cells.append(nbformat.v4.new_code_cell(src))
+        if word is not None and ((not placed and word.search(src)) or _binds(src, names)):
+            cells += [nbformat.v4.new_code_cell(c.source) for c in solution.cells]
+            placed = True
     if not placed:
         cells += solution.cells
     nb = nbformat.v4.new_notebook()
@@ -398,3 +398,33 @@ def completed_starter(
     if assignment:
         nb.metadata["jaxgrade"] = {"assignment": assignment}
     return nb
+
+
+def _binds(cell: str, names: set[str]) -> bool:
+    """Whether the cell's own top-level code (not a function body) binds one of ``names``: a
+    ``def``, an assignment (tuples too), an import, a ``for`` or ``with`` target, at any depth of
+    ``if``/``try``/``with``; or whether it cannot be parsed and names one (a cell magic)."""
+    src = _python_source(cell)
+    try:
+        tree = ast.parse(src)
+    except SyntaxError:
+        return any(re.search(rf"\b{re.escape(n)}\b", src) for n in names)
+    todo: list[ast.AST] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if node.name in names:
+                return True
+            continue  # what its body binds is its own
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any((a.asname or a.name.split(".")[0]) in names for a in node.names):
+                return True
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id in names:
+            return True
+        if isinstance(node, ast.Lambda):
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+    if "run_cell_magic" in src:  # a %%time cell: its code is a string here
+        return any(re.search(rf"\b{re.escape(n)}\b", src) for n in names)
+    return False

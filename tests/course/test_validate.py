@@ -101,8 +101,14 @@ def test_every_alternative_solution_must_earn_full_marks(tmp_path: Path) -> None
         "import jax.numpy as jnp\n# %%\ndef double(x):\n    return x + jnp.asarray(x)\n"
     )
     (alternatives / "with_numpy.py").write_text(NOT_JITTABLE.split("\n", 1)[1])
+    (alternatives / "loud.py").write_text(  # full marks, but a cell of the notebook fails
+        "import jax.numpy as jnp\n# %%\ndef double(x):\n    return 2 * jnp.asarray(x)\n# %%\nraise ValueError('oops')\n"
+    )
     report = validate(load_course(root).assignment("toy"), jobs=1)
     by_label = {o.label: o for o in report.outcomes}
     assert by_label["alternative sum"].ok and by_label["alternative sum"].expectation == "full marks"
     assert not by_label["alternative with_numpy"].ok and "2/3" in by_label["alternative with_numpy"].detail
-    assert [o.label for o in report.outcomes if not o.ok] == ["alternative with_numpy"] and not report.ok
+    loud = by_label["alternative loud"]
+    assert not loud.ok and "3/3" in loud.detail and "error (ValueError: oops)" in loud.detail, loud.detail
+    assert sorted(o.label for o in report.outcomes if not o.ok) == ["alternative loud", "alternative with_numpy"]
+    assert not report.ok

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
+import logging
 import os
 import stat
 from pathlib import Path
@@ -18,6 +20,8 @@ import pytest
 
 from grader.course.config import load_course
 from grader.grading.grade import (
+    _ready_cache,
+    answers_dir,
     cache_plan,
     cache_status,
     grade_many,
@@ -195,6 +199,8 @@ def test_the_cache_is_new_when_what_warms_it_changes(tmp_path: Path, monkeypatch
     version), but they decide what the cache holds: a changed one is warmed into a new cache."""
     monkeypatch.setenv("JAXGRADE_CACHE_DIR", str(tmp_path / "cache"))
     course = make_minicourse(tmp_path / "course")
+    version = load_course(course).assignment("double").version()
+    answers = answers_dir(load_course(course).assignment("double"))
 
     def folder(alternatives: bool = True) -> Path:
         return trusted_cache_dir(load_course(course).assignment("double", staff=True), alternatives=alternatives)
@@ -206,10 +212,17 @@ def test_the_cache_is_new_when_what_warms_it_changes(tmp_path: Path, monkeypatch
     (alternatives / "plus.py").write_text("def double(x):\n    return x + x\n")
     second = folder()
     assert folder(alternatives=False) == first  # the reference's own cache does not change
-    (course / "assignments" / "double" / "double.ipynb").write_text(build_notebook("# TODO: double(x)"))
+    starter = course / "assignments" / "double" / "double.ipynb"
+    starter.write_text(build_notebook("# TODO: double(x)"))
     third = folder()
     assert len({first, second, third, folder(alternatives=False)}) == 4
-    assert load_course(course).assignment("double").version() == load_course(course).assignment("double").version()
+    text_only = json.loads(starter.read_text())
+    text_only["cells"].insert(0, {"cell_type": "markdown", "metadata": {}, "source": "# Doubling, revised"})
+    starter.write_text(json.dumps(text_only))
+    assert folder() == third  # only code cells run: a changed text is the same cache
+    # no grade changes: the same version, and the evaluator's kept answers stay where they were
+    assert load_course(course).assignment("double").version() == version
+    assert answers_dir(load_course(course).assignment("double")) == answers
 
 
 def test_only_a_large_batch_warms_with_the_alternatives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -231,11 +244,28 @@ def test_only_a_large_batch_warms_with_the_alternatives(tmp_path: Path, monkeypa
     assert cache_plan(a, ALTERNATIVES_MIN) == (wide, True)
     if choose_isolation("auto") == "bwrap":
         assert cache_status(a, "bwrap", jobs=2, n=ALTERNATIVES_MIN) == (
-            f"compilation cache: warming {wide} by grading the reference and 1 alternative solution(s) once, "
-            "beside the first submissions"
+            f"compilation cache: warming {wide} by grading the starter with the reference in it, and with each of "
+            "1 alternative solution(s) once, beside the first submissions"
         )
     wide.mkdir(parents=True)
     assert cache_plan(a, 1) == (wide, False)
+
+
+def test_a_batch_warming_the_wider_cache_reads_the_reference_s_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JAXGRADE_CACHE_DIR", str(tmp_path / "cache"))
+    course = make_minicourse(tmp_path / "course")
+    (course / "reference" / "double" / "alternatives").mkdir()
+    (course / "reference" / "double" / "alternatives" / "plus.py").write_text("def double(x):\n    return x + x\n")
+    a = load_course(course).assignment("double", staff=True)
+    base, wide = trusted_cache_dir(a), trusted_cache_dir(a, alternatives=True)
+    assert _ready_cache(a, str(wide)) is None and _ready_cache(a, None) is None
+    base.mkdir(parents=True)
+    assert _ready_cache(a, str(wide)) == XlaCache(base)
+    assert _ready_cache(a, None) is None  # no cache asked for: none
+    wide.mkdir(parents=True)
+    assert _ready_cache(a, str(wide)) == XlaCache(wide)
 
 
 STARTER_CELL = "import jax.numpy as jnp\njnp.cos(jnp.arange(13.0)).block_until_ready()  # the tutorial's"
@@ -251,10 +281,13 @@ jnp.sin(jnp.arange(11.0)).block_until_ready()
 FROM_ALTERNATIVE = len(HITS) - FROM_STARTER
 """
 RIGHT_IF_BOTH = "def double(x):\n    return 2 * x if FROM_STARTER and FROM_ALTERNATIVE else 3 * x"
+RIGHT_IF_STARTER_ONLY = "def double(x):\n    return 2 * x if FROM_STARTER and not FROM_ALTERNATIVE else 3 * x"
 
 
 @pytest.mark.slow
-def test_the_cache_holds_what_the_starter_and_the_alternatives_compiled(bwrap_course: Path, tmp_path: Path) -> None:
+def test_the_cache_holds_what_the_starter_and_the_alternatives_compiled(
+    bwrap_course: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """Warming runs the starter's own cells (in every student's notebook) with the reference in
     place of the stubs, and each alternative solution the same way: a student whose notebook runs
     the same computations reads them from the cache."""
@@ -267,11 +300,19 @@ def test_the_cache_holds_what_the_starter_and_the_alternatives_compiled(bwrap_co
     counting.write_text(build_notebook(COUNT_BOTH, RIGHT_IF_BOTH))
     assert [label for label, _ in warm_notebooks(a, tmp_path, alternatives=False)] == ["the reference"]
     final = trusted_cache_dir(a, alternatives=True)
-    assert warm_cache(a, "bwrap", final) >= 2
+    with caplog.at_level(logging.WARNING):
+        assert warm_cache(a, "bwrap", final, alternatives=True) >= 2
+    assert not caplog.records, caplog.text  # each earned full marks, every cell ran (no stub stayed in force)
     cache = xla_cache.ready(final)
     assert cache is not None
     assert grade_notebook(a, counting, xla_cache=cache).score == 4  # both were hits
     assert grade_notebook(a, counting).score == 0  # and without the cache, neither
+    # the reference's own cache: the starter's cells, not the alternative's
+    base = trusted_cache_dir(a)
+    assert warm_cache(a, "bwrap", base) >= 1
+    only_starter = tmp_path / "only_starter.ipynb"
+    only_starter.write_text(build_notebook(COUNT_BOTH, RIGHT_IF_STARTER_ONLY))
+    assert grade_notebook(a, only_starter, xla_cache=xla_cache.ready(base)).score == 4
 
 
 def test_warming_failure_costs_nothing_but_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -296,7 +337,10 @@ def test_the_ta_is_told_which_cache_a_batch_uses(tmp_path: Path, monkeypatch: py
     )
     final = trusted_cache_dir(a)
     assert cache_status(a, "bwrap", jobs=2, n=1) == (
-        f"compilation cache: warming {final} by grading the reference once, beside the first submissions"
+        f"compilation cache: warming {final} by grading the starter with the reference in it once, beside the first submissions"
+    )
+    assert cache_status(a, "bwrap", jobs=1, n=3) == (
+        f"compilation cache: warming {final} by grading the starter with the reference in it once, before the first submission"
     )
     final.mkdir(parents=True)
     assert cache_status(a, "bwrap") == f"compilation cache: {final}"

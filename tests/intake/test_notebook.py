@@ -183,37 +183,63 @@ def test_writes_into_arguments(cells: list[str], found: str) -> None:
 
 
 def test_a_completed_starter_puts_the_solution_where_the_first_todo_stood() -> None:
-    """What the trusted cache is warmed with: the starter's own cells run as in every student's
-    notebook, the solution's cells stand at the first cell that names a function (the first TODO),
-    stubs are left out, and the cells that call the functions afterwards call the solution's."""
+    """What the trusted cache is warmed with and validate grades: every starter cell runs as in a
+    student's notebook, and the solution's cells follow the first cell that names a function (the
+    first TODO) and every cell that binds one again (a stub, an import), so the cells that call
+    the functions afterwards call the solution's."""
     starter = nbformat.v4.new_notebook()
+    stub_and_data = "xs = [1.0, 2.0]\ndef triple(x):\n    raise NotImplementedError"
     starter.cells = [
         nbformat.v4.new_markdown_cell("# Homework"),
         nbformat.v4.new_code_cell("import jax.numpy as jnp"),
         nbformat.v4.new_code_cell("def double_it_slowly(x):\n    return x + x"),  # a name that contains one
         nbformat.v4.new_code_cell("# TODO 1: define double(x) here"),
-        nbformat.v4.new_code_cell("def triple(x):\n    raise NotImplementedError"),  # a stub
-        nbformat.v4.new_code_cell("%time print(double(jnp.ones(3)))"),
+        nbformat.v4.new_code_cell("print(double(jnp.ones(3)))"),
+        nbformat.v4.new_code_cell(stub_and_data),  # a stub beside data the next cells need
+        nbformat.v4.new_code_cell("from operator import neg as double"),  # a rebinding by import
+        nbformat.v4.new_code_cell("%time print(double(jnp.asarray(xs)))"),
     ]
     script = "import jax.numpy as jnp\n# %%\ndef double(x):\n    return 2 * x\n# %%\ntriple = lambda x: 3 * x\n"
+    solution = ["import jax.numpy as jnp", "def double(x):\n    return 2 * x", "triple = lambda x: 3 * x"]
     nb = completed_starter(starter, script, ("double", "triple"), "toy")
     assert [c.source for c in nb.cells] == [
         "import jax.numpy as jnp",
         "def double_it_slowly(x):\n    return x + x",
-        "import jax.numpy as jnp",
-        "def double(x):\n    return 2 * x",
-        "triple = lambda x: 3 * x",
         "# TODO 1: define double(x) here",
-        "%time print(double(jnp.ones(3)))",
+        *solution,
+        "print(double(jnp.ones(3)))",
+        stub_and_data,
+        *solution,
+        "from operator import neg as double",
+        *solution,
+        "%time print(double(jnp.asarray(xs)))",
     ]
     assert all(c.cell_type == "code" for c in nb.cells) and nb.metadata["jaxgrade"] == {"assignment": "toy"}
     nbformat.validate(nb)
     # a starter that never names a function: the solution goes at the end
     plain = nbformat.v4.new_notebook()
     plain.cells = [nbformat.v4.new_code_cell("x = 1")]
-    assert [c.source for c in completed_starter(plain, script, ("double",)).cells] == [
-        "x = 1",
-        "import jax.numpy as jnp",
-        "def double(x):\n    return 2 * x",
-        "triple = lambda x: 3 * x",
-    ]
+    assert [c.source for c in completed_starter(plain, script, ("double",)).cells] == ["x = 1", *solution]
+    assert [c.source for c in completed_starter(plain, script, ()).cells] == ["x = 1", *solution]
+
+
+@pytest.mark.parametrize(
+    ("cell", "binds"),
+    [
+        ("def double(x):\n    return 2 * x", True),
+        ("double, other = None, None", True),
+        ("if True:\n    double = abs", True),
+        ("import double", True),
+        ("from m import f as double", True),
+        ("for double in range(3):\n    pass", True),
+        ("%%time\ndef double(x):\n    return x", True),
+        ("def other(double):\n    double = 1\n    return double", False),
+        ("print(double(3))", False),
+        ("# double(x)", False),
+        ("doubled = 2", False),
+    ],
+)
+def test_what_binds_a_function_name(cell: str, binds: bool) -> None:
+    from grader.intake.notebook import _binds
+
+    assert _binds(cell, {"double"}) is binds
