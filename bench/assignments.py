@@ -5,6 +5,9 @@ Each assignment's class is taken from its test corpus (``tests/corpus/<name>/``)
 ``correct*`` notebook and up to ``--wrong`` of the others (typical mistakes, crashes, the
 untouched starter).  Each class is graded with ``jaxgrade grade --jobs J`` into a fresh output
 folder and a fresh compilation cache, so the figures are a first run (warming included).
+``--next-class`` grades each class once more into another output folder with the cache its
+first run warmed, as the next class or section of a course would be graded, and prints that
+table too (against the same nbconvert baseline).
 
 The baseline, in the same run: the same notebooks executed only, by ``jupyter nbconvert
 --execute`` at the same parallelism (``--skip-nbconvert`` leaves it out; it needs the ``bench``
