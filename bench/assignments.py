@@ -6,8 +6,9 @@ Each assignment's class is taken from its test corpus (``tests/corpus/<name>/``)
 untouched starter).  Each class is graded with ``jaxgrade grade --jobs J`` into a fresh output
 folder and a fresh compilation cache, so the figures are a first run (warming included).
 ``--next-class`` grades each class once more into another output folder with the cache its
-first run warmed, as the next class or section of a course would be graded, and prints that
-table too (against the same nbconvert baseline).
+first run warmed, and prints that table too (against the same nbconvert baseline).  It is a
+best case for the next class or section: the same notebooks also find every evaluator answer
+kept (grader/host/eval_cache.py), which different students share only for identical code.
 
 The baseline, in the same run: the same notebooks executed only, by ``jupyter nbconvert
 --execute`` at the same parallelism (``--skip-nbconvert`` leaves it out; it needs the ``bench``

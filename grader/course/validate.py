@@ -20,7 +20,7 @@ from grader.course.config import Assignment, ConfigError
 from grader.course.scaffold import todos
 from grader.grading.grade import grade_many
 from grader.grading.record import CATEGORIES, Record
-from grader.intake.notebook import completed_starter, load_notebook, notebook_from_script
+from grader.intake.notebook import NotebookError, completed_starter, load_notebook, notebook_from_script
 
 MUTANT_HEADER = re.compile(r"^#\s*jaxgrade-mutant:\s*fails=(\w+)\s*$")
 STARTER_MAX_FRACTION = 0.1
@@ -77,9 +77,18 @@ def _summary(rec: Record) -> str:
     )
 
 
-def _cell_failure(cell: dict) -> str:
+def _cell_failure(cell: dict, sources: list[str]) -> str:
+    """A failed cell of a filled-in starter, named by its first line (its number is the filled-in
+    notebook's, which validate deletes)."""
     what = ": ".join(filter(None, [str(cell.get("ename", "")), str(cell.get("evalue", ""))[:100]]))
-    return f"cell {cell.get('index')} {cell.get('status')}" + (f" ({what})" if what else "")
+    index = cell.get("index")
+    first = (
+        next(iter(sources[index].strip().splitlines()), "")
+        if isinstance(index, int) and 0 <= index < len(sources)
+        else ""
+    )
+    where = f"the cell `{first[:60]}`" if first else f"cell {index}"
+    return f"{where}: {cell.get('status')}" + (f" ({what})" if what else "")
 
 
 def _crashed(rec: Record) -> str:
@@ -96,16 +105,32 @@ def validate(assignment: Assignment, *, jobs: int = 2, isolation: str = "auto") 
     tmp = Path(tempfile.mkdtemp(prefix="jaxgrade-validate-"))
     try:
         subjects: dict[Path, tuple[str, str | None]] = {}
+        filled: dict[Path, list[str]] = {}  # each graded notebook's cells, to name a failing one
         # the reference and the alternatives as students hand them in: the starter, filled in
-        # (what the compilation cache is warmed with, too)
-        starter_nb = load_notebook(assignment.starter).node
-        for label, script in [("reference", assignment.solution)] + [
-            (f"alternative {alt.stem}", alt) for alt in assignment.alternatives()
-        ]:
-            nb_path = tmp / f"{label.replace(' ', '_')}.ipynb"
-            source = script.read_text(encoding="utf-8")
-            nbformat.write(completed_starter(starter_nb, source, assignment.functions, assignment.name), nb_path)
+        # (what the compilation cache is warmed with, too); an unreadable starter is reported by
+        # grading it below, and they are then graded as bare scripts
+        try:
+            starter_nb = load_notebook(assignment.starter).node
+        except NotebookError:
+            starter_nb = None
+        for i, (label, script) in enumerate(
+            [("reference", assignment.solution)]
+            + [(f"alternative {alt.stem}", alt) for alt in assignment.alternatives()]
+        ):
+            try:
+                source = script.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                report.outcomes.append(Outcome(label, "full marks", False, f"cannot read {script}: {exc}"))
+                continue
+            nb = (
+                completed_starter(starter_nb, source, assignment.functions, assignment.name)
+                if starter_nb is not None
+                else notebook_from_script(source, assignment.name)
+            )
+            nb_path = tmp / f"solution_{i}.ipynb"
+            nbformat.write(nb, nb_path)
             subjects[nb_path] = (label, None)
+            filled[nb_path] = [c.source for c in nb.cells]
         starter = tmp / "starter.ipynb"
         shutil.copyfile(assignment.starter, starter)
         subjects[starter] = ("starter", None)
@@ -124,7 +149,7 @@ def validate(assignment: Assignment, *, jobs: int = 2, isolation: str = "auto") 
             rec = records[path]
             crash = _crashed(rec)
             if label == "reference" or label.startswith("alternative "):
-                cells = [_cell_failure(c) for c in rec.cells if c.get("status") != "ok"]
+                cells = [_cell_failure(c, filled[path]) for c in rec.cells if c.get("status") != "ok"]
                 ok = not crash and not cells and rec.max_score > 0 and rec.score == rec.max_score
                 failed = cells + [f"{t.name}: {t.message[:150]}" for t in rec.tests if t.status != "passed"]
                 detail = crash or _summary(rec) + (" — " + "; ".join(failed[:3]) if failed else "")

@@ -435,7 +435,7 @@ TASKS: dict[str, Callable[..., Any]] = {}
 
 def _task(kind: str, *args: Any) -> Any:
     """A pool task: ``("grade", root, name, path, student, isolation, public_only, cache)`` or
-    ``("warm", root, name, isolation, final)``."""
+    ``("warm", root, name, isolation, final, alternatives)``."""
     if kind not in TASKS:
         raise ValueError(f"unknown trusted task {kind!r} (expected one of {', '.join(TASKS)})")
     return TASKS[kind](*args)

@@ -369,17 +369,18 @@ def completed_starter(
     starter: Any, source: str, functions: tuple[str, ...] | list[str], assignment: str | None = None
 ) -> Any:
     """The starter notebook as a student hands it in with ``source`` (a ``# %%`` script) as their
-    solution: every starter cell is kept, in order, and the script's cells follow the first code
-    cell that names one of ``functions`` (the first TODO) and every later cell that binds one of
-    them (a stub, an import, an assignment), so the solution's definitions are the ones in force
-    from the first TODO on, and the cells after it (the checks that call the functions) call
-    them.  Nothing else of a cell is left out.
+    solution: every code cell of the starter is kept, in order, and the script's cells follow the
+    first code cell that names one of ``functions`` (the first TODO).  After a later cell that
+    binds one of them again (a stub, an import, an assignment), the script's cells that define
+    those names follow once more.  So the solution's definitions are in force from the first TODO
+    on, and the cells after it (the checks that call the functions) call them.
 
     Trusted code only (the staff's starter and solutions): the trusted compilation cache is warmed
     with it, and `jaxgrade validate` grades the reference and the alternatives in this form."""
     solution = notebook_from_script(source, assignment)
     names = set(functions)
     word = re.compile(r"\b(" + "|".join(map(re.escape, sorted(names))) + r")\b") if names else None
+    defines = [bound_names(c.source, names) for c in solution.cells]
     cells: list[Any] = []
     placed = False
     for cell in starter.cells:
@@ -387,9 +388,14 @@ def completed_starter(
             continue
         src = cell.source if isinstance(cell.source, str) else "".join(cell.source)
         cells.append(nbformat.v4.new_code_cell(src))
-        if word is not None and ((not placed and word.search(src)) or _binds(src, names)):
+        if word is None:
+            continue
+        if not placed and word.search(src):
             cells += [nbformat.v4.new_code_cell(c.source) for c in solution.cells]
             placed = True
+        elif placed and (rebound := bound_names(src, names)):
+            again = [c for c, d in zip(solution.cells, defines) if d & rebound] or solution.cells
+            cells += [nbformat.v4.new_code_cell(c.source) for c in again]
     if not placed:
         cells += solution.cells
     nb = nbformat.v4.new_notebook()
@@ -400,31 +406,42 @@ def completed_starter(
     return nb
 
 
-def _binds(cell: str, names: set[str]) -> bool:
-    """Whether the cell's own top-level code (not a function body) binds one of ``names``: a
-    ``def``, an assignment (tuples too), an import, a ``for`` or ``with`` target, at any depth of
-    ``if``/``try``/``with``; or whether it cannot be parsed and names one (a cell magic)."""
+def bound_names(cell: str, names: set[str]) -> set[str]:
+    """Which of ``names`` the cell's own code binds (not a function body or a comprehension): a
+    ``def`` or ``class``, an assignment (tuples too), an import, a ``for``, ``with``, ``except``
+    or ``match`` target, at any depth of ``if``/``try``/``with``/``for``, also inside a
+    ``%%time``-style cell magic or a ``%time`` line magic.  A cell that cannot be parsed binds
+    those it names."""
     src = _python_source(cell)
     try:
         tree = ast.parse(src)
     except SyntaxError:
-        return any(re.search(rf"\b{re.escape(n)}\b", src) for n in names)
+        return {n for n in names if re.search(rf"\b{re.escape(n)}\b", src)}
+    found: set[str] = set()
     todo: list[ast.AST] = list(tree.body)
     while todo:
         node = todo.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            if node.name in names:
-                return True
+            found |= {node.name} & names
             continue  # what its body binds is its own
+        if isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            continue  # their own scope
         if isinstance(node, (ast.Import, ast.ImportFrom)):
-            if any((a.asname or a.name.split(".")[0]) in names for a in node.names):
-                return True
+            found |= {(a.asname or a.name.split(".")[0]) for a in node.names} & names
             continue
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id in names:
-            return True
-        if isinstance(node, ast.Lambda):
-            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            found |= {node.id} & names
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            found |= {node.name} & names
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+            found |= {node.name} & names
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("run_cell_magic", "run_line_magic")
+        ):  # the magic's code is a string argument: look into it
+            code = node.args[-1] if node.args else None
+            if isinstance(code, ast.Constant) and isinstance(code.value, str):
+                found |= bound_names(code.value, names)
         todo.extend(ast.iter_child_nodes(node))
-    if "run_cell_magic" in src:  # a %%time cell: its code is a string here
-        return any(re.search(rf"\b{re.escape(n)}\b", src) for n in names)
-    return False
+    return found

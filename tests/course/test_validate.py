@@ -92,23 +92,51 @@ def test_mutant_header_is_required(tmp_path: Path) -> None:
 
 def test_every_alternative_solution_must_earn_full_marks(tmp_path: Path) -> None:
     """An alternative solution is the staff's word that a way of writing it is correct: validate
-    grades each one and fails when one loses points (a test asks more than the contract, or the
-    alternative is wrong)."""
+    grades each one the way a student hands it in (filled into the starter, whose cells run too)
+    and fails when one loses points (a test asks more than the contract, or the alternative is
+    wrong) or when a cell of the notebook fails."""
     root = make_course(tmp_path, {"off_by_one": OFF_BY_ONE})
+    starter = nbformat.v4.new_notebook()
+    starter.cells = [
+        nbformat.v4.new_code_cell("import jax.numpy as jnp\nSCALE = 2  # given by the starter"),
+        nbformat.v4.new_code_cell("# TODO: define double(x)"),
+    ]
+    nbformat.write(starter, root / "assignments" / "toy" / "toy.ipynb")
     alternatives = root / "reference" / "toy" / "alternatives"
     alternatives.mkdir()
-    (alternatives / "sum.py").write_text(
-        "import jax.numpy as jnp\n# %%\ndef double(x):\n    return x + jnp.asarray(x)\n"
-    )
+    # right only with the starter's SCALE: a bare script of it would fail every test
+    (alternatives / "scaled.py").write_text("def double(x):\n    return SCALE * jnp.asarray(x)\n")
     (alternatives / "with_numpy.py").write_text(NOT_JITTABLE.split("\n", 1)[1])
     (alternatives / "loud.py").write_text(  # full marks, but a cell of the notebook fails
         "import jax.numpy as jnp\n# %%\ndef double(x):\n    return 2 * jnp.asarray(x)\n# %%\nraise ValueError('oops')\n"
     )
+    (alternatives / "latin1.py").write_bytes(b"# caf\xe9\ndef double(x):\n    return 2 * x\n")
     report = validate(load_course(root).assignment("toy"), jobs=1)
     by_label = {o.label: o for o in report.outcomes}
-    assert by_label["alternative sum"].ok and by_label["alternative sum"].expectation == "full marks"
+    assert by_label["alternative scaled"].ok and by_label["alternative scaled"].expectation == "full marks"
     assert not by_label["alternative with_numpy"].ok and "2/3" in by_label["alternative with_numpy"].detail
     loud = by_label["alternative loud"]
-    assert not loud.ok and "3/3" in loud.detail and "error (ValueError: oops)" in loud.detail, loud.detail
-    assert sorted(o.label for o in report.outcomes if not o.ok) == ["alternative loud", "alternative with_numpy"]
-    assert not report.ok
+    assert not loud.ok and "3/3" in loud.detail, loud.detail
+    assert "the cell `raise ValueError('oops')`: error (ValueError: oops)" in loud.detail, loud.detail
+    assert not by_label["alternative latin1"].ok and "cannot read" in by_label["alternative latin1"].detail
+    assert sorted(o.label for o in report.outcomes if not o.ok) == [
+        "alternative latin1",
+        "alternative loud",
+        "alternative with_numpy",
+    ]
+    assert by_label["reference"].ok and not report.ok
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.corpus  # minutes of grading: scheduled with the corpus modules, first
+def test_prng_keys_is_valid_with_its_alternative_solutions() -> None:
+    """The real course: prng_keys' reference and its two alternative solutions, filled into its
+    starter, earn full marks with every cell running (the tests ask no more than the contract of
+    these ways of writing it), every mutant loses points in its category, the starter earns none."""
+    report = validate(load_course(REPO).assignment("prng_keys"))
+    assert report.ok, "\n".join(report.lines())
+    labels = [o.label for o in report.outcomes]
+    assert {"reference", "alternative split_as_you_go", "alternative split_per_sample", "starter"} <= set(labels)
+    assert sum(label.startswith("mutant ") for label in labels) >= 4

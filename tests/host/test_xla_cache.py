@@ -194,6 +194,38 @@ def test_a_batch_warms_the_cache_from_the_reference_once(bwrap_course: Path, tmp
     assert final.stat().st_mtime_ns == mtime  # warmed once: the next batch only reads it
 
 
+@pytest.mark.slow
+def test_a_large_batch_warms_the_wider_cache_and_later_batches_read_it(
+    bwrap_course: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch of ALTERNATIVES_MIN or more (2 here) warms the cache with the alternative solutions
+    too, through the pool's warming task; a later batch of one reads it and warms nothing."""
+    from grader.grading import grade
+
+    student = bwrap_course / "assignments" / "double"
+    (student / "double.ipynb").write_text(build_notebook(STARTER_CELL, "def double(x):\n    raise NotImplementedError"))
+    (bwrap_course / "reference" / "double" / "alternatives").mkdir()
+    (bwrap_course / "reference" / "double" / "alternatives" / "plus.py").write_text(ALTERNATIVE)
+    monkeypatch.setattr(grade, "ALTERNATIVES_MIN", 2)
+    a = load_course(bwrap_course).assignment("double", staff=True)
+    base, wide = trusted_cache_dir(a), trusted_cache_dir(a, alternatives=True)
+    folder = tmp_path / "class"
+    folder.mkdir()
+    paths = []
+    for kind in ("full", "half"):
+        paths.append(folder / f"{kind}.ipynb")
+        paths[-1].write_text(notebook(kind))
+    records = grade_many(a, paths, jobs=2)
+    assert {p.stem: r.score for p, r in records.items()} == {"full": 4.0, "half": 2.0}
+    assert xla_cache.ready(wide) is not None and xla_cache.ready(base) is None
+    counting = folder / "counting.ipynb"
+    counting.write_text(build_notebook(COUNT_BOTH, RIGHT_IF_BOTH))
+    assert cache_plan(a, 1) == (wide, False)
+    records = grade_many(a, [counting], jobs=2)
+    assert records[counting].score == 4  # it read the wider cache: the alternative's computation was a hit
+    assert xla_cache.ready(base) is None  # and nothing else was warmed
+
+
 def test_the_cache_is_new_when_what_warms_it_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The starter and the alternative solutions decide no grade (not in the assignment's
     version), but they decide what the cache holds: a changed one is warmed into a new cache."""
@@ -300,9 +332,10 @@ def test_the_cache_holds_what_the_starter_and_the_alternatives_compiled(
     counting.write_text(build_notebook(COUNT_BOTH, RIGHT_IF_BOTH))
     assert [label for label, _ in warm_notebooks(a, tmp_path, alternatives=False)] == ["the reference"]
     final = trusted_cache_dir(a, alternatives=True)
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.WARNING, logger="grader.grading.grade"):
         assert warm_cache(a, "bwrap", final, alternatives=True) >= 2
-    assert not caplog.records, caplog.text  # each earned full marks, every cell ran (no stub stayed in force)
+    warned = [r for r in caplog.records if r.name == "grader.grading.grade" and "warming" in r.getMessage()]
+    assert not warned, caplog.text  # each earned full marks, every cell ran (no stub stayed in force)
     cache = xla_cache.ready(final)
     assert cache is not None
     assert grade_notebook(a, counting, xla_cache=cache).score == 4  # both were hits

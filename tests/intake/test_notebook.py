@@ -10,6 +10,7 @@ import pytest
 
 from grader.intake.notebook import (
     NotebookError,
+    bound_names,
     completed_starter,
     definition_sources,
     fresh_jit_in_loop,
@@ -183,10 +184,11 @@ def test_writes_into_arguments(cells: list[str], found: str) -> None:
 
 
 def test_a_completed_starter_puts_the_solution_where_the_first_todo_stood() -> None:
-    """What the trusted cache is warmed with and validate grades: every starter cell runs as in a
-    student's notebook, and the solution's cells follow the first cell that names a function (the
-    first TODO) and every cell that binds one again (a stub, an import), so the cells that call
-    the functions afterwards call the solution's."""
+    """What the trusted cache is warmed with and validate grades: every code cell of the starter
+    runs as in a student's notebook, the solution's cells follow the first cell that names a
+    function (the first TODO), and after a cell that binds a function again (a stub, an import)
+    the solution's cells that define it follow once more, so the cells that call the functions
+    afterwards call the solution's."""
     starter = nbformat.v4.new_notebook()
     stub_and_data = "xs = [1.0, 2.0]\ndef triple(x):\n    raise NotImplementedError"
     starter.cells = [
@@ -200,18 +202,20 @@ def test_a_completed_starter_puts_the_solution_where_the_first_todo_stood() -> N
         nbformat.v4.new_code_cell("%time print(double(jnp.asarray(xs)))"),
     ]
     script = "import jax.numpy as jnp\n# %%\ndef double(x):\n    return 2 * x\n# %%\ntriple = lambda x: 3 * x\n"
-    solution = ["import jax.numpy as jnp", "def double(x):\n    return 2 * x", "triple = lambda x: 3 * x"]
+    imports, double, triple = "import jax.numpy as jnp", "def double(x):\n    return 2 * x", "triple = lambda x: 3 * x"
     nb = completed_starter(starter, script, ("double", "triple"), "toy")
     assert [c.source for c in nb.cells] == [
         "import jax.numpy as jnp",
         "def double_it_slowly(x):\n    return x + x",
         "# TODO 1: define double(x) here",
-        *solution,
+        imports,
+        double,
+        triple,
         "print(double(jnp.ones(3)))",
         stub_and_data,
-        *solution,
+        triple,  # only what the stub bound again
         "from operator import neg as double",
-        *solution,
+        double,
         "%time print(double(jnp.asarray(xs)))",
     ]
     assert all(c.cell_type == "code" for c in nb.cells) and nb.metadata["jaxgrade"] == {"assignment": "toy"}
@@ -219,27 +223,46 @@ def test_a_completed_starter_puts_the_solution_where_the_first_todo_stood() -> N
     # a starter that never names a function: the solution goes at the end
     plain = nbformat.v4.new_notebook()
     plain.cells = [nbformat.v4.new_code_cell("x = 1")]
-    assert [c.source for c in completed_starter(plain, script, ("double",)).cells] == ["x = 1", *solution]
-    assert [c.source for c in completed_starter(plain, script, ()).cells] == ["x = 1", *solution]
+    assert [c.source for c in completed_starter(plain, script, ("double",)).cells] == ["x = 1", imports, double, triple]
+    assert [c.source for c in completed_starter(plain, script, ()).cells] == ["x = 1", imports, double, triple]
+
+
+def test_the_scaffold_s_starter_gets_each_definition_once_more_at_its_stub() -> None:
+    """`jaxgrade new` writes one stub cell per function: the solution follows the first, and each
+    later stub is followed by the solution's definition of that function only (a reference's
+    top-level code is not run again at every stub)."""
+    starter = nbformat.v4.new_notebook()
+    starter.cells = [
+        nbformat.v4.new_code_cell("import jax.numpy as jnp"),
+        nbformat.v4.new_code_cell("def f(x):\n    raise NotImplementedError"),
+        nbformat.v4.new_code_cell("def g(x):\n    raise NotImplementedError"),
+    ]
+    script = "import jax\n# %%\nprint('set up')\n# %%\ndef f(x):\n    return x\n# %%\ng = jax.jit(f)\n"
+    nb = completed_starter(starter, script, ("f", "g"))
+    sources = [c.source for c in nb.cells]
+    assert sources.count("print('set up')") == 1 and sources.count("import jax") == 1
+    assert sources[-2:] == ["def g(x):\n    raise NotImplementedError", "g = jax.jit(f)"]
 
 
 @pytest.mark.parametrize(
-    ("cell", "binds"),
+    ("cell", "bound"),
     [
-        ("def double(x):\n    return 2 * x", True),
-        ("double, other = None, None", True),
-        ("if True:\n    double = abs", True),
-        ("import double", True),
-        ("from m import f as double", True),
-        ("for double in range(3):\n    pass", True),
-        ("%%time\ndef double(x):\n    return x", True),
-        ("def other(double):\n    double = 1\n    return double", False),
-        ("print(double(3))", False),
-        ("# double(x)", False),
-        ("doubled = 2", False),
+        ("def double(x):\n    return 2 * x", {"double"}),
+        ("double, triple = None, None", {"double", "triple"}),
+        ("if True:\n    double = abs", {"double"}),
+        ("import double", {"double"}),
+        ("from m import f as double", {"double"}),
+        ("for double in range(3):\n    pass", {"double"}),
+        ("try:\n    pass\nexcept ValueError as double:\n    pass", {"double"}),
+        ("%%time\ndef double(x):\n    return x", {"double"}),
+        ("%time double = abs", {"double"}),
+        ("%%time\nprint(double(3))", set()),
+        ("def other(double):\n    double = 1\n    return double", set()),
+        ("ys = [double for double in range(3)]", set()),
+        ("print(double(3))", set()),
+        ("# double(x)", set()),
+        ("doubled = 2", set()),
     ],
 )
-def test_what_binds_a_function_name(cell: str, binds: bool) -> None:
-    from grader.intake.notebook import _binds
-
-    assert _binds(cell, {"double"}) is binds
+def test_which_function_names_a_cell_binds(cell: str, bound: set[str]) -> None:
+    assert bound_names(cell, {"double", "triple"}) == bound
