@@ -423,8 +423,8 @@ def _grade_in_worker(
 _WARM = "warm the trusted compilation cache"
 WARM_MIN = 3  # notebooks graded one at a time from which warming first pays (a pool warms beside them)
 #: Submissions in a batch from which warming with the alternative solutions too first pays: on 2
-#: cores, grading prng_keys's two alternatives cost a first run about 18 s, and saved the next
-#: class about 0.4 s of wall time per notebook (bench/README.md).
+#: cores, grading prng_keys's two alternatives cost a class of 8 about 18 s of its first run and
+#: saved the next class 0.4 s per notebook; a first run of 53 gained 18 s (bench/README.md).
 ALTERNATIVES_MIN = 50
 
 
@@ -569,6 +569,7 @@ def warm_cache(assignment: Assignment, isolation: str, final: Path, *, alternati
     only slower)."""
     staged = xla_cache.staging()
     try:
+        answers = EvalCache(answers_dir(assignment))  # the staff's modules: students who write the same get them
         for label, nb_path in warm_notebooks(assignment, staged.parent, alternatives=alternatives):
             rec = grade_notebook(
                 assignment,
@@ -576,9 +577,7 @@ def warm_cache(assignment: Assignment, isolation: str, final: Path, *, alternati
                 student="reference",
                 isolation=isolation,
                 xla_cache=XlaCache(staged, writable=True),
-                eval_cache=EvalCache(
-                    answers_dir(assignment)
-                ),  # the staff's modules: students who write the same get them
+                eval_cache=answers,
             )
             failed = [f"cell {c.get('index')} {c.get('status')}" for c in rec.cells if c.get("status") != "ok"]
             if rec.status != "graded" or rec.score < rec.max_score or failed:

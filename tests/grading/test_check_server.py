@@ -42,11 +42,26 @@ def _check(course: Path, nb: Path, env: dict[str, str], *extra: str) -> subproce
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
 
 
-def _wait(condition, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+def _wait(condition, timeout: float, what) -> None:  # type: ignore[no-untyped-def]
+    """Until ``condition()``; ``what`` (a text, or a function that says what is wrong at the
+    time of the failure) is the failure's message."""
     deadline = time.monotonic() + timeout
     while not condition():
-        assert time.monotonic() < deadline, what
+        assert time.monotonic() < deadline, what() if callable(what) else what
         time.sleep(0.2)
+
+
+def _described(pids: list[int]) -> str:
+    """Each process: its pid, state and command line (what a failure to stop left running)."""
+    out = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            state, cmd = "gone", ""
+        out.append(f"{pid} [{state}] {cmd[:300]}")
+    return "; ".join(out) or "nothing"
 
 
 def _server_pid(run: Path) -> int | None:
@@ -162,7 +177,11 @@ def test_a_check_leaves_a_server_and_the_next_check_uses_its_sandbox(setup, tmp_
     assert pid is not None
     os.kill(pid, signal.SIGTERM)
     _wait(lambda: not list(run.glob("check-*.sock")), 30, "the server did not stop")
-    _wait(lambda: not _left(cache, tag) and not _scratch(cache), 30, f"left: {_left(cache, tag)} {_scratch(cache)}")
+    _wait(
+        lambda: not _left(cache, tag) and not _scratch(cache),
+        30,
+        lambda: f"left: {_described(_left(cache, tag))}; scratch: {_scratch(cache)}",
+    )
 
 
 def test_an_idle_server_exits_and_cleans_up(setup, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -171,7 +190,11 @@ def test_an_idle_server_exits_and_cleans_up(setup, tmp_path: Path) -> None:  # t
     _wait(lambda: not list(run.glob("check-*.sock")), 60, "the idle server did not exit")
     assert not list(run.glob("check-*.lock"))  # its pid goes with it: nobody kills a reused pid
     assert not list(run.glob("check-*.log"))  # an empty log too
-    _wait(lambda: not _left(cache, tag) and not _scratch(cache), 30, f"left: {_left(cache, tag)} {_scratch(cache)}")
+    _wait(
+        lambda: not _left(cache, tag) and not _scratch(cache),
+        30,
+        lambda: f"left: {_described(_left(cache, tag))}; scratch: {_scratch(cache)}",
+    )
 
 
 def test_no_server_is_left_when_it_is_turned_off(setup, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -220,7 +243,7 @@ def test_another_user_gets_no_answer(setup, tmp_path: Path) -> None:  # type: ig
     second = _check(course, nb, env, "--json")  # the server is still there for its user
     assert second.returncode == 0 and "a checker stays ready" not in second.stderr, second.stderr
     _stop_server(run)
-    _wait(lambda: not _left(cache, tag), 30, "the server did not stop")
+    _wait(lambda: not _left(cache, tag), 30, lambda: f"the server did not stop; left: {_described(_left(cache, tag))}")
 
 
 def test_a_silent_peer_does_not_hold_the_server_and_ctrl_c_stops_a_served_check(setup, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -262,7 +285,11 @@ def test_a_silent_peer_does_not_hold_the_server_and_ctrl_c_stops_a_served_check(
     assert after.returncode == 0 and "a checker stays ready" not in after.stderr, after.stderr
     assert time.monotonic() - t0 < 30, "the interrupted check went on (its cell sleeps 120 s)"
     _stop_server(run)
-    _wait(lambda: not _left(cache, tag) and not _scratch(cache), 30, f"left: {_left(cache, tag)} {_scratch(cache)}")
+    _wait(
+        lambda: not _left(cache, tag) and not _scratch(cache),
+        30,
+        lambda: f"left: {_described(_left(cache, tag))}; scratch: {_scratch(cache)}",
+    )
 
 
 def test_a_server_serves_one_course(setup, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -276,7 +303,7 @@ def test_a_server_serves_one_course(setup, tmp_path: Path) -> None:  # type: ign
     assert done.returncode == 0 and "a checker stays ready" in done.stderr  # checked on its own, left a server
     _wait(lambda: _server_pid(run) not in (first, None), 60, "the first server did not make way")
     _stop_server(run)
-    _wait(lambda: not _left(cache, tag), 30, "the server did not stop")
+    _wait(lambda: not _left(cache, tag), 30, lambda: f"the server did not stop; left: {_described(_left(cache, tag))}")
 
 
 # --------------------------------------------------------------------------- units
@@ -422,7 +449,11 @@ def test_sigterm_during_a_served_check_stops_the_server_after_it(setup, tmp_path
     assert client.returncode == 0, stderr
     record = json.loads(stdout)
     assert record["score"] == record["max_score"] == 2.0 and "a checker stays ready" not in stderr
-    _wait(lambda: not _left(cache, tag) and not _scratch(cache), 30, f"left: {_left(cache, tag)} {_scratch(cache)}")
+    _wait(
+        lambda: not _left(cache, tag) and not _scratch(cache),
+        30,
+        lambda: f"left: {_described(_left(cache, tag))}; scratch: {_scratch(cache)}",
+    )
 
 
 def test_a_served_check_loads_neither_the_cli_nor_jax_in_the_command(tmp_path: Path) -> None:
