@@ -362,7 +362,7 @@ def _cache_for(assignment: Assignment, root: Path, iso: str) -> str | None:
     others grade without it meanwhile)."""
     if iso != "bwrap":
         return None
-    final, warm = cache_plan(assignment, 0)  # the wider one if it is there; never warmed here
+    final, warm, _ = cache_plan(assignment, 0)  # the wider one if it is there; never warmed here
     if warm and _WARM_LOCK.acquire(blocking=False):
         try:
             if str(final) not in _WARM_TRIED:  # the folder's name covers the starter too

@@ -18,9 +18,9 @@ import nbformat
 
 from grader.course.config import Assignment, ConfigError
 from grader.course.scaffold import todos
-from grader.grading.grade import grade_many
+from grader.grading.grade import filled_solutions, grade_many
 from grader.grading.record import CATEGORIES, Record
-from grader.intake.notebook import NotebookError, completed_starter, load_notebook, notebook_from_script
+from grader.intake.notebook import notebook_from_script
 
 MUTANT_HEADER = re.compile(r"^#\s*jaxgrade-mutant:\s*fails=(\w+)\s*$")
 STARTER_MAX_FRACTION = 0.1
@@ -106,27 +106,13 @@ def validate(assignment: Assignment, *, jobs: int = 2, isolation: str = "auto") 
     try:
         subjects: dict[Path, tuple[str, str | None]] = {}
         filled: dict[Path, list[str]] = {}  # each graded notebook's cells, to name a failing one
-        # the reference and the alternatives as students hand them in: the starter, filled in
-        # (what the compilation cache is warmed with, too); an unreadable starter is reported by
-        # grading it below, and they are then graded as bare scripts
-        try:
-            starter_nb = load_notebook(assignment.starter).node
-        except NotebookError:
-            starter_nb = None
-        for i, (label, script) in enumerate(
-            [("reference", assignment.solution)]
-            + [(f"alternative {alt.stem}", alt) for alt in assignment.alternatives()]
-        ):
-            try:
-                source = script.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as exc:
-                report.outcomes.append(Outcome(label, "full marks", False, f"cannot read {script}: {exc}"))
+        # the reference and the alternatives as students hand them in (what the compilation
+        # cache is warmed with, too); an unreadable starter is reported by grading it below
+        for i, (script, nb, why) in enumerate(filled_solutions(assignment)):
+            label = "reference" if script == assignment.solution else f"alternative {script.stem}"
+            if nb is None:
+                report.outcomes.append(Outcome(label, "full marks", False, why))
                 continue
-            nb = (
-                completed_starter(starter_nb, source, assignment.functions, assignment.name)
-                if starter_nb is not None
-                else notebook_from_script(source, assignment.name)
-            )
             nb_path = tmp / f"solution_{i}.ipynb"
             nbformat.write(nb, nb_path)
             subjects[nb_path] = (label, None)

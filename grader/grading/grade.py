@@ -20,7 +20,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import nbformat
 import pytest
@@ -480,17 +480,26 @@ def answers_dir(assignment: Assignment) -> Path:
     return beside(xla_cache.cache_dir(assignment.name, assignment.version(), _sandbox_xla_env(assignment)))
 
 
-def cache_plan(assignment: Assignment, n: int) -> tuple[Path, bool]:
-    """The cache a batch of ``n`` submissions reads, and whether it must warm it first.
+class CachePlan(NamedTuple):
+    folder: Path  # the cache the batch reads
+    warm: bool  # it is not there yet: the batch warms it first
+    alternatives: bool  # warming it grades the alternative solutions too
+
+
+def cache_plan(assignment: Assignment, n: int) -> CachePlan:
+    """The cache a batch of ``n`` submissions reads, and whether (and with what) it must warm it.
 
     The cache warmed with the alternative solutions too is used whenever it is there.  A batch
     warms it only when it is large enough (:data:`ALTERNATIVES_MIN`) to win back the minutes that
     grading the alternatives takes; a smaller one warms (or reads) the reference's alone."""
     wide = trusted_cache_dir(assignment, alternatives=True)
+    with_alternatives = bool(assignment.alternatives())
     if xla_cache.ready(wide) is not None:
-        return wide, False
-    final = wide if n >= ALTERNATIVES_MIN else trusted_cache_dir(assignment)
-    return final, xla_cache.ready(final) is None
+        return CachePlan(wide, False, with_alternatives)
+    if n >= ALTERNATIVES_MIN:
+        return CachePlan(wide, True, with_alternatives)
+    final = trusted_cache_dir(assignment)
+    return CachePlan(final, xla_cache.ready(final) is None, False)
 
 
 def _ready_cache(assignment: Assignment, cache: str | None) -> XlaCache | None:
@@ -507,52 +516,64 @@ def cache_status(assignment: Assignment, isolation: str, cache: bool = True, *, 
         return "compilation cache: off (--no-cache)"
     if choose_isolation(isolation) != "bwrap":
         return "compilation cache: off (only bubblewrap sandboxes can mount it read-only)"
-    final, warm = cache_plan(assignment, n)
-    if not warm:
-        return f"compilation cache: {final}"
+    plan = cache_plan(assignment, n)
+    if not plan.warm:
+        return f"compilation cache: {plan.folder}"
     if jobs <= 1 and assignment.config.devices <= 1 and n < WARM_MIN:
         return f"compilation cache: none yet for this assignment version (a batch of {WARM_MIN} or more warms it)"
     what = "the starter with the reference in it"
-    alternatives = len(assignment.alternatives()) if final == trusted_cache_dir(assignment, alternatives=True) else 0
-    if alternatives:
-        what += f", and with each of {alternatives} alternative solution(s)"
+    if plan.alternatives:
+        what += f", and with each of {len(assignment.alternatives())} alternative solution(s)"
     when = (
         "before the first submission"
         if jobs <= 1 and assignment.config.devices <= 1
         else "beside the first submissions"
     )
-    return f"compilation cache: warming {final} by grading {what} once, {when}"
+    return f"compilation cache: warming {plan.folder} by grading {what} once, {when}"
 
 
-def warm_notebooks(assignment: Assignment, folder: Path, *, alternatives: bool = True) -> list[tuple[str, Path]]:
-    """The trusted notebooks that warm the cache, written into ``folder``: the starter completed
-    with the reference solution, then with each of the staff's alternative solutions
-    (:meth:`Assignment.alternatives`).  So the cache holds what every student's notebook runs (the
-    tutorial's cells, the checks that call the functions) and what the hidden tests' calls compile
-    for the usual ways of writing a solution, not only the reference's way.  (label, path) pairs."""
-    starter = None
-    if assignment.starter.is_file():
-        try:
-            starter = load_notebook(assignment.starter).node
-        except NotebookError as exc:
-            log.warning("warming the compilation cache without the starter's cells: %s", exc)
-    out: list[tuple[str, Path]] = []
-    others = assignment.alternatives() if alternatives else []
-    for label, script in [("the reference", assignment.solution)] + [
-        (f"the alternative solution {p.name}", p) for p in others
-    ]:
+def filled_solutions(assignment: Assignment, *, alternatives: bool = True) -> list[tuple[Path, Any, str]]:
+    """The reference solution and (with ``alternatives``) each alternative solution
+    (:meth:`Assignment.alternatives`), as students hand theirs in: the starter filled in with it
+    (:func:`completed_starter`), or the bare script when the starter cannot be read.  Staff code
+    only.  ``(script, notebook, "")`` each, or ``(script, None, why)`` for a script that cannot
+    be read.  What the trusted cache is warmed with, and what `jaxgrade validate` grades."""
+    try:
+        starter = load_notebook(assignment.starter).node
+    except NotebookError as exc:  # validate grades the starter too, and says so there
+        log.warning("the solutions are graded without the starter's cells: %s", exc)
+        starter = None
+    out: list[tuple[Path, Any, str]] = []
+    for script in [assignment.solution, *(assignment.alternatives() if alternatives else [])]:
         try:
             source = script.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            if script == assignment.solution:
-                raise
-            log.warning("warming the compilation cache without %s: %s", label, exc)
+            out.append((script, None, f"cannot read {script}: {exc}"))
             continue
         nb = (
             completed_starter(starter, source, assignment.functions, assignment.name)
             if starter is not None
             else notebook_from_script(source, assignment.name)
         )
+        out.append((script, nb, ""))
+    return out
+
+
+def warm_notebooks(assignment: Assignment, folder: Path, *, alternatives: bool = True) -> list[tuple[str, Path]]:
+    """The trusted notebooks that warm the cache (:func:`filled_solutions`), written into
+    ``folder``.  So the cache holds what every student's notebook runs (the tutorial's cells, the
+    checks that call the functions) and what the hidden tests' calls compile for the usual ways
+    of writing a solution, not only the reference's way.  (label, path) pairs; an alternative
+    that cannot be read is left out, a reference that cannot be read is an error."""
+    out: list[tuple[str, Path]] = []
+    for script, nb, why in filled_solutions(assignment, alternatives=alternatives):
+        reference = script == assignment.solution
+        label = "the reference" if reference else f"the alternative solution {script.name}"
+        if nb is None:
+            if reference:
+                raise OSError(why)
+            log.warning("warming the compilation cache without %s: %s", label, why)
+            continue
         path = folder / f"warm-{len(out)}.ipynb"
         nbformat.write(nb, path)
         out.append((label, path))
@@ -620,14 +641,13 @@ def grade_many(
     out: dict[Path, Record] = {}
     devices = assignment.config.devices
     iso = choose_isolation(isolation)
-    final, warm = (
-        cache_plan(assignment, len(paths)) if cache and iso == "bwrap" and paths and not public_only else (None, False)
-    )
+    plan = cache_plan(assignment, len(paths)) if cache and iso == "bwrap" and paths and not public_only else None
+    cached = str(plan.folder) if plan is not None else None  # what each grading reads (_ready_cache)
     if jobs <= 1 and devices <= 1:
-        if warm and final is not None and len(paths) >= WARM_MIN:
-            warm_cache(assignment, iso, final, alternatives=final == trusted_cache_dir(assignment, alternatives=True))
-        ready = _ready_cache(assignment, str(final) if final is not None else None)
-        answers = EvalCache(answers_dir(assignment)) if final is not None else None
+        if plan is not None and plan.warm and len(paths) >= WARM_MIN:
+            warm_cache(assignment, iso, plan.folder, alternatives=plan.alternatives)
+        ready = _ready_cache(assignment, cached)
+        answers = EvalCache(answers_dir(assignment)) if cached else None
         for p in paths:
             rec = grade_one(
                 assignment,
@@ -648,11 +668,9 @@ def grade_many(
     # fresh process, and a second loss gives that submission the status "lost".  The cache is
     # warmed by the first task, beside the first submissions; each later one reads it.
     root = str(assignment.course.root)
-    cached = str(final) if final is not None else None
     tasks: list[tuple[Any, tuple[Any, ...]]] = []
-    if warm and final is not None:
-        wide = final == trusted_cache_dir(assignment, alternatives=True)
-        tasks.append((_WARM, ("warm", root, assignment.name, iso, str(final), wide)))
+    if plan is not None and plan.warm:
+        tasks.append((_WARM, ("warm", root, assignment.name, iso, str(plan.folder), plan.alternatives)))
     tasks += [(p, ("grade", root, assignment.name, str(p), students.get(p), iso, public_only, cached)) for p in paths]
     with TrustedPool(max(1, jobs), initializer=_init_worker, initargs=(devices, os.getpid())) as pool:
         # an exception here (Ctrl-C, a failed commit, a grader bug) closes the generator, which

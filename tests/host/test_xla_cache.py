@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.course.config import load_course
+from grader.course.config import Assignment, load_course
 from grader.grading.grade import (
     _ready_cache,
     answers_dir,
@@ -202,10 +202,7 @@ def test_a_large_batch_warms_the_wider_cache_and_later_batches_read_it(
     too, through the pool's warming task; a later batch of one reads it and warms nothing."""
     from grader.grading import grade
 
-    student = bwrap_course / "assignments" / "double"
-    (student / "double.ipynb").write_text(build_notebook(STARTER_CELL, "def double(x):\n    raise NotImplementedError"))
-    (bwrap_course / "reference" / "double" / "alternatives").mkdir()
-    (bwrap_course / "reference" / "double" / "alternatives" / "plus.py").write_text(ALTERNATIVE)
+    _starter_and_alternative(bwrap_course)
     monkeypatch.setattr(grade, "ALTERNATIVES_MIN", 2)
     a = load_course(bwrap_course).assignment("double", staff=True)
     base, wide = trusted_cache_dir(a), trusted_cache_dir(a, alternatives=True)
@@ -220,7 +217,7 @@ def test_a_large_batch_warms_the_wider_cache_and_later_batches_read_it(
     assert xla_cache.ready(wide) is not None and xla_cache.ready(base) is None
     counting = folder / "counting.ipynb"
     counting.write_text(build_notebook(COUNT_BOTH, RIGHT_IF_BOTH))
-    assert cache_plan(a, 1) == (wide, False)
+    assert cache_plan(a, 1) == (wide, False, True)
     records = grade_many(a, [counting], jobs=2)
     assert records[counting].score == 4  # it read the wider cache: the alternative's computation was a hit
     assert xla_cache.ready(base) is None  # and nothing else was warmed
@@ -239,6 +236,7 @@ def test_the_cache_is_new_when_what_warms_it_changes(tmp_path: Path, monkeypatch
 
     first = folder()
     assert folder() == first == folder(alternatives=False)  # no alternatives: one cache
+    assert cache_plan(load_course(course).assignment("double", staff=True), 10_000) == (first, True, False)
     alternatives = course / "reference" / "double" / "alternatives"
     alternatives.mkdir()
     (alternatives / "plus.py").write_text("def double(x):\n    return x + x\n")
@@ -257,40 +255,40 @@ def test_the_cache_is_new_when_what_warms_it_changes(tmp_path: Path, monkeypatch
     assert answers_dir(load_course(course).assignment("double")) == answers
 
 
-def test_only_a_large_batch_warms_with_the_alternatives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Grading the alternatives takes the warming task longer: a batch too small to win that back
-    warms (or reads) the reference's cache; the wider cache is read whenever it is there."""
-    from grader.grading.grade import ALTERNATIVES_MIN
-
+@pytest.fixture
+def with_alternative(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Assignment:
+    """The ``double`` assignment with one alternative solution, its caches under ``tmp_path``."""
     monkeypatch.setenv("JAXGRADE_CACHE_DIR", str(tmp_path / "cache"))
     course = make_minicourse(tmp_path / "course")
     (course / "reference" / "double" / "alternatives").mkdir()
     (course / "reference" / "double" / "alternatives" / "plus.py").write_text("def double(x):\n    return x + x\n")
-    a = load_course(course).assignment("double", staff=True)
+    return load_course(course).assignment("double", staff=True)
+
+
+def test_only_a_large_batch_warms_with_the_alternatives(with_alternative: Assignment) -> None:
+    """Grading the alternatives takes the warming task longer: a batch too small to win that back
+    warms (or reads) the reference's cache; the wider cache is read whenever it is there."""
+    from grader.grading.grade import ALTERNATIVES_MIN
+
+    a = with_alternative
     base, wide = trusted_cache_dir(a), trusted_cache_dir(a, alternatives=True)
     assert base != wide
-    assert cache_plan(a, ALTERNATIVES_MIN - 1) == (base, True)
-    assert cache_plan(a, ALTERNATIVES_MIN) == (wide, True)
+    assert cache_plan(a, ALTERNATIVES_MIN - 1) == (base, True, False)
+    assert cache_plan(a, ALTERNATIVES_MIN) == (wide, True, True)
     base.mkdir(parents=True)
-    assert cache_plan(a, 1) == (base, False)
-    assert cache_plan(a, ALTERNATIVES_MIN) == (wide, True)
+    assert cache_plan(a, 1) == (base, False, False)
+    assert cache_plan(a, ALTERNATIVES_MIN) == (wide, True, True)
     if choose_isolation("auto") == "bwrap":
         assert cache_status(a, "bwrap", jobs=2, n=ALTERNATIVES_MIN) == (
             f"compilation cache: warming {wide} by grading the starter with the reference in it, and with each of "
             "1 alternative solution(s) once, beside the first submissions"
         )
     wide.mkdir(parents=True)
-    assert cache_plan(a, 1) == (wide, False)
+    assert cache_plan(a, 1) == (wide, False, True)
 
 
-def test_a_batch_warming_the_wider_cache_reads_the_reference_s_meanwhile(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("JAXGRADE_CACHE_DIR", str(tmp_path / "cache"))
-    course = make_minicourse(tmp_path / "course")
-    (course / "reference" / "double" / "alternatives").mkdir()
-    (course / "reference" / "double" / "alternatives" / "plus.py").write_text("def double(x):\n    return x + x\n")
-    a = load_course(course).assignment("double", staff=True)
+def test_a_batch_warming_the_wider_cache_reads_the_reference_s_meanwhile(with_alternative: Assignment) -> None:
+    a = with_alternative
     base, wide = trusted_cache_dir(a), trusted_cache_dir(a, alternatives=True)
     assert _ready_cache(a, str(wide)) is None and _ready_cache(a, None) is None
     base.mkdir(parents=True)
@@ -313,6 +311,16 @@ jnp.sin(jnp.arange(11.0)).block_until_ready()
 FROM_ALTERNATIVE = len(HITS) - FROM_STARTER
 """
 RIGHT_IF_BOTH = "def double(x):\n    return 2 * x if FROM_STARTER and FROM_ALTERNATIVE else 3 * x"
+
+
+def _starter_and_alternative(course: Path) -> None:
+    """A starter with a tutorial cell of its own (STARTER_CELL) and one alternative (ALTERNATIVE)."""
+    student = course / "assignments" / "double"
+    (student / "double.ipynb").write_text(build_notebook(STARTER_CELL, "def double(x):\n    raise NotImplementedError"))
+    (course / "reference" / "double" / "alternatives").mkdir()
+    (course / "reference" / "double" / "alternatives" / "plus.py").write_text(ALTERNATIVE)
+
+
 RIGHT_IF_STARTER_ONLY = "def double(x):\n    return 2 * x if FROM_STARTER and not FROM_ALTERNATIVE else 3 * x"
 
 
@@ -323,10 +331,7 @@ def test_the_cache_holds_what_the_starter_and_the_alternatives_compiled(
     """Warming runs the starter's own cells (in every student's notebook) with the reference in
     place of the stubs, and each alternative solution the same way: a student whose notebook runs
     the same computations reads them from the cache."""
-    student = bwrap_course / "assignments" / "double"
-    (student / "double.ipynb").write_text(build_notebook(STARTER_CELL, "def double(x):\n    raise NotImplementedError"))
-    (bwrap_course / "reference" / "double" / "alternatives").mkdir()
-    (bwrap_course / "reference" / "double" / "alternatives" / "plus.py").write_text(ALTERNATIVE)
+    _starter_and_alternative(bwrap_course)
     a = load_course(bwrap_course).assignment("double", staff=True)
     counting = tmp_path / "counting.ipynb"
     counting.write_text(build_notebook(COUNT_BOTH, RIGHT_IF_BOTH))
