@@ -424,7 +424,7 @@ _WARM = "warm the trusted compilation cache"
 WARM_MIN = 3  # notebooks graded one at a time from which warming first pays (a pool warms beside them)
 #: Submissions in a batch from which warming with the alternative solutions too first pays: on 2
 #: cores, grading prng_keys's two alternatives cost a class of 8 about 18 s of its first run and
-#: saved the next class 0.4 s per notebook; a first run of 53 gained 18 s (bench/README.md).
+#: saved the next class 0.4 s per notebook; a first run of 53 gained 18 to 21 s (bench/alternatives.py).
 ALTERNATIVES_MIN = 50
 
 
