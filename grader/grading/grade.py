@@ -39,6 +39,7 @@ from grader.host.eval_cache import EvalCache, beside
 from grader.host.sandbox import SandboxSetupError, choose_isolation, sandbox_env
 from grader.host.session import Session
 from grader.host.xla_cache import XlaCache
+from grader.host.xla_flags import sandbox_xla_flags
 from grader.intake.notebook import (
     NotebookError,
     completed_starter,
@@ -358,10 +359,7 @@ def _env_for(assignment: Assignment) -> dict[str, str]:
     """Environment for the sandbox and the evaluator: the assignment's device count."""
     devices = assignment.config.devices
     if devices > 1:
-        return {
-            "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices} "
-            "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
-        }
+        return {"XLA_FLAGS": sandbox_xla_flags(devices)}
     return {}
 
 

@@ -37,6 +37,7 @@ from typing import Any, Literal
 from grader.host import cgroups
 from grader.host.xla_cache import MOUNT as XLA_MOUNT
 from grader.host.xla_cache import XlaCache
+from grader.host.xla_flags import sandbox_xla_flags
 from grader.wire import messages, protocol
 
 log = logging.getLogger(__name__)
@@ -259,7 +260,7 @@ def sandbox_env(isolation: Isolation, scratch: str, extra: dict[str, str] | None
         "PIP_NO_INDEX": "1",
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         "JAX_PLATFORMS": "cpu",
-        "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
+        "XLA_FLAGS": sandbox_xla_flags(),  # an assignment with several devices sets its own (grade._env_for)
         "OMP_NUM_THREADS": "1",
         "OPENBLAS_NUM_THREADS": "1",
         "TF_CPP_MIN_LOG_LEVEL": "2",

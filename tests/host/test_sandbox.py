@@ -101,6 +101,13 @@ def test_runs_as_a_different_uid(jail):
 
 
 @needs_bwrap
+def test_the_kernel_runs_with_the_sandboxes_xla_flags(jail):
+    """The student's kernel inherits the flags the trusted side chose (grader/host/xla_flags.py),
+    which the trusted compilation cache's key names."""
+    assert jail.call("environ", "XLA_FLAGS").value == sandbox.sandbox_xla_flags()
+
+
+@needs_bwrap
 def test_holds_no_capability_and_can_gain_none(jail):
     """No capability now, none in the bounding set (so no file capability or setuid program could
     give one back), and no_new_privs."""

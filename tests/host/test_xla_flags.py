@@ -1,0 +1,65 @@
+"""grader/host/xla_flags.py: the sandboxes' XLA flags, and the probe that keeps a flag this
+jaxlib does not know out of them (XLA would end every sandbox that names it)."""
+
+from __future__ import annotations
+
+import pytest
+
+from grader.host import xla_flags
+from grader.host.sandbox import sandbox_env
+
+
+@pytest.fixture(autouse=True)
+def _fresh_probe():
+    xla_flags.accepted.cache_clear()
+    yield
+    xla_flags.accepted.cache_clear()
+
+
+def test_the_probe_accepts_what_this_jaxlib_knows_and_refuses_what_it_does_not():
+    assert xla_flags.accepted(xla_flags.BASE_FLAGS)
+    assert xla_flags.accepted(xla_flags.FAST_COMPILE_FLAGS)  # jaxlib 0.10 has the older emitters
+    assert not xla_flags.accepted(("--xla_no_such_flag_in_any_jaxlib=1",))
+
+
+def test_every_word_is_a_flag():
+    """XLA stops reading XLA_FLAGS at the first word that is not a flag: every flag after it
+    (the fast compile, a device count) would be silently lost."""
+    for devices in (1, 4):
+        words = xla_flags.sandbox_xla_flags(devices).split()
+        assert words and all(w.startswith("--xla_") and "=" in w for w in words), words
+
+
+def test_sandboxes_compile_fast_where_jaxlib_accepts_it(monkeypatch):
+    monkeypatch.delenv(xla_flags.SWITCH, raising=False)
+    flags = xla_flags.sandbox_xla_flags().split()
+    assert flags == [*xla_flags.BASE_FLAGS, *xla_flags.FAST_COMPILE_FLAGS]
+    assert sandbox_env("bwrap", "/sandbox")["XLA_FLAGS"] == " ".join(flags)
+    four = xla_flags.sandbox_xla_flags(4).split()
+    assert four[0] == "--xla_force_host_platform_device_count=4" and four[1:] == flags
+
+
+def test_a_jaxlib_without_the_flag_grades_without_it(monkeypatch):
+    seen = []
+
+    def refuses(flags):
+        seen.append(flags)
+        return False
+
+    monkeypatch.delenv(xla_flags.SWITCH, raising=False)
+    monkeypatch.setattr(xla_flags, "accepted", refuses)
+    assert xla_flags.sandbox_xla_flags().split() == list(xla_flags.BASE_FLAGS)
+    assert seen == [xla_flags.FAST_COMPILE_FLAGS]
+
+
+@pytest.mark.parametrize("off", ["0", "false", "No", " off "])
+def test_staff_can_turn_it_off(monkeypatch, off):
+    monkeypatch.setenv(xla_flags.SWITCH, off)
+    monkeypatch.setattr(xla_flags, "accepted", lambda flags: pytest.fail("no probe when it is off"))
+    assert xla_flags.sandbox_xla_flags().split() == list(xla_flags.BASE_FLAGS)
+    assert xla_flags.sandbox_xla_flags(2).split()[1:] == list(xla_flags.BASE_FLAGS)
+
+
+def test_a_probe_that_cannot_run_leaves_the_flag_out(monkeypatch):
+    monkeypatch.setattr(xla_flags.sys, "executable", "/nonexistent/python")
+    assert not xla_flags.accepted(xla_flags.FAST_COMPILE_FLAGS)
