@@ -139,10 +139,12 @@ def jaxgrade(*args: str) -> list[str]:
     return [sys.executable, "-m", "grader", "--course", str(ROOT), *args]
 
 
-def jaxgrade_grade(folder: Path, out: Path, jobs: int, cache: Path, *extra: str) -> float:
+def jaxgrade_grade(
+    folder: Path, out: Path, jobs: int, cache: Path, *extra: str, env_extra: dict[str, str] | None = None
+) -> float:
     cmd = jaxgrade("grade", "--assignment", ASSIGNMENT, "--out", str(out), "--jobs", str(jobs), *extra, str(folder))
     t0 = time.monotonic()
-    env = {**os.environ, "JAXGRADE_CACHE_DIR": str(cache)}  # the bench's own compilation cache
+    env = {**os.environ, "JAXGRADE_CACHE_DIR": str(cache), **(env_extra or {})}  # the bench's own compilation cache
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
     seconds = time.monotonic() - t0
     if proc.returncode:
@@ -395,6 +397,18 @@ def main(argv: list[str] | None = None) -> int:
             )
             secs = jaxgrade_grade(work / "class", work / "jaxgrade-out-3", args.jobs, cache, "--no-cache")
             rows.append(Row("grade", "jaxgrade grade --no-cache", n, secs, base))
+            # the sandboxes' newer XLA emitters (grader/host/xla_flags.py), from a cache of their own
+            secs = jaxgrade_grade(
+                work / "class",
+                work / "jaxgrade-out-4",
+                args.jobs,
+                work / "jaxgrade-cache-newer-emitters",
+                env_extra={"JAXGRADE_FAST_COMPILE": "0"},
+            )
+            rows.append(Row("grade", "jaxgrade grade, first run, JAXGRADE_FAST_COMPILE=0", n, secs, base))
+            figures["grade_newer_emitters_timings"] = mean_timings(
+                [s["timings"] for s in jaxgrade_scores(work / "jaxgrade-out-4").values()]
+            )
             secs = jaxgrade_grade(work / "class", out, args.jobs, cache)
             rows.append(Row("grade", "jaxgrade grade, rerun (nothing to regrade)", n, secs, base))
         if "check" not in skip:
@@ -443,6 +457,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\njaxgrade records' `timings`, seconds per notebook (sandbox: {', '.join(isolation) or '?'}):")
         print_timings(f"jaxgrade grade, first run, mean of {len(grade)}", figures.get("grade_timings", {}))
         print_timings("jaxgrade grade, next class (cache warm)", figures.get("grade_warm_timings", {}))
+        print_timings("jaxgrade grade, JAXGRADE_FAST_COMPILE=0", figures.get("grade_newer_emitters_timings", {}))
         for run in ("1st", "2nd"):
             print_timings(f"jaxgrade check --no-server, {run} run", figures.get(f"check_{run}_timings", {}))
         print_timings("jaxgrade check, served, last run", figures.get("check_served_timings", {}))

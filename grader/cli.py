@@ -228,7 +228,7 @@ def _watch(args: argparse.Namespace, assignment: Assignment, path: Path, out: Te
 
     # the checks run in this process (no pool): its JAX gets the assignment's device count first
     name, devices = assignment.name, assignment.config.devices
-    _set_trusted_devices(devices)
+    _set_trusted_devices(devices, fast_compile=True)
     checked: str | None = None  # sha256 of the bytes last checked
     ahead = session = None
     print(f"jaxgrade check --watch: checking {path} each time it is saved; Ctrl-C to stop", file=err)

@@ -505,7 +505,7 @@ def serve(
 
     from grader.grading.grade import _set_trusted_devices
 
-    _set_trusted_devices(devices)  # before JAX starts in this process
+    _set_trusted_devices(devices, fast_compile=True)  # before JAX starts in this process
     lock_path = path.with_suffix(".lock")
     lock = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:

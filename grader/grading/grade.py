@@ -33,7 +33,7 @@ from grader.grading import checks
 from grader.grading.plugin import GradingPlugin
 from grader.grading.record import CATEGORIES, Record, cap_record, total
 from grader.grading.submission import Submission
-from grader.host import xla_cache
+from grader.host import xla_cache, xla_flags
 from grader.host.cgroups import protect_trusted
 from grader.host.eval_cache import EvalCache, beside
 from grader.host.sandbox import SandboxSetupError, choose_isolation, sandbox_env
@@ -363,16 +363,20 @@ def _env_for(assignment: Assignment) -> dict[str, str]:
     return {}
 
 
-def _set_trusted_devices(devices: int) -> None:
+def _set_trusted_devices(devices: int, *, fast_compile: bool = False) -> None:
     """Start this (trusted) process's JAX with ``devices`` host devices, so references are
     computed under the same setting as the student's code (float results can differ bitwise
-    across device counts).  Must run before JAX initialises a backend."""
-    if devices <= 1:
-        return
-    flag = f"--xla_force_host_platform_device_count={devices}"
+    across device counts), and with ``fast_compile`` the sandboxes' faster compiles too
+    (grader/host/xla_flags.py: the same emitters as the student's code, and references compiled
+    in a third of the time).  Must run before JAX initialises a backend; a grading process's
+    own, never a student's kernel (the in-notebook self-check passes no ``fast_compile``)."""
+    wanted = [f"--xla_force_host_platform_device_count={devices}"] if devices > 1 else []
+    if fast_compile:
+        wanted += xla_flags.fast_compile_flags()
     flags = os.environ.get("XLA_FLAGS", "")
-    if flag not in flags:
-        os.environ["XLA_FLAGS"] = f"{flags} {flag}".strip()
+    missing = [flag for flag in wanted if flag not in flags.split()]
+    if missing:
+        os.environ["XLA_FLAGS"] = " ".join([flags, *missing]).strip()
 
 
 def _check_trusted_devices(assignment: Assignment) -> None:
@@ -642,6 +646,7 @@ def grade_many(
     plan = cache_plan(assignment, len(paths)) if cache and iso == "bwrap" and paths and not public_only else None
     cached = str(plan.folder) if plan is not None else None  # what each grading reads (_ready_cache)
     if jobs <= 1 and devices <= 1:
+        _set_trusted_devices(devices, fast_compile=True)  # grading in this process (if its JAX has not started)
         if plan is not None and plan.warm and len(paths) >= WARM_MIN:
             warm_cache(assignment, iso, plan.folder, alternatives=plan.alternatives)
         ready = _ready_cache(assignment, cached)
@@ -743,7 +748,7 @@ def _bug_record(assignment: Assignment, path: Path, student: str | None, raised:
 def _init_worker(devices: int, parent: int) -> None:
     """A trusted worker: the parent's device count, and death with the parent (even when the
     parent is SIGKILLed, so that no grading goes on, unseen, after ``jaxgrade grade`` is gone)."""
-    _set_trusted_devices(devices)
+    _set_trusted_devices(devices, fast_compile=True)
     protect_trusted()  # the OOM killer must pick a sandbox, never a trusted worker (a lost batch)
     if sys.platform.startswith("linux"):
         pr_set_pdeathsig = 1

@@ -81,11 +81,14 @@ def fast_compile_enabled() -> bool:
     return os.environ.get(SWITCH, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
+def fast_compile_flags() -> list[str]:
+    """FAST_COMPILE_FLAGS where they are on and this jaxlib accepts them, else nothing."""
+    return list(FAST_COMPILE_FLAGS) if fast_compile_enabled() and accepted(FAST_COMPILE_FLAGS) else []
+
+
 def sandbox_xla_flags(devices: int = 1) -> str:
     """``XLA_FLAGS`` for a sandbox of an assignment with ``devices`` host devices."""
     flags = list(BASE_FLAGS)
     if devices > 1:
         flags.insert(0, f"--xla_force_host_platform_device_count={devices}")
-    if fast_compile_enabled() and accepted(FAST_COMPILE_FLAGS):
-        flags += FAST_COMPILE_FLAGS
-    return " ".join(flags)
+    return " ".join(flags + fast_compile_flags())

@@ -63,3 +63,24 @@ def test_staff_can_turn_it_off(monkeypatch, off):
 def test_a_probe_that_cannot_run_leaves_the_flag_out(monkeypatch):
     monkeypatch.setattr(xla_flags.sys, "executable", "/nonexistent/python")
     assert not xla_flags.accepted(xla_flags.FAST_COMPILE_FLAGS)
+
+
+def test_grading_processes_compile_like_their_sandboxes(monkeypatch):
+    """A trusted grading process computes the references with the sandboxes' emitters (the same
+    last bits as the student's code) and compiles them faster; the user's own flags stay, and the
+    student's kernel (the in-notebook self-check) is never given them."""
+    from grader.grading.grade import _set_trusted_devices
+
+    monkeypatch.delenv(xla_flags.SWITCH, raising=False)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")
+    _set_trusted_devices(1)
+    assert xla_flags.os.environ["XLA_FLAGS"] == "--xla_dump_to=/tmp/x"
+    _set_trusted_devices(4, fast_compile=True)
+    words = xla_flags.os.environ["XLA_FLAGS"].split()
+    assert words == ["--xla_dump_to=/tmp/x", "--xla_force_host_platform_device_count=4", *xla_flags.FAST_COMPILE_FLAGS]
+    _set_trusted_devices(4, fast_compile=True)  # twice changes nothing
+    assert xla_flags.os.environ["XLA_FLAGS"].split() == words
+    monkeypatch.setenv(xla_flags.SWITCH, "0")
+    monkeypatch.delenv("XLA_FLAGS")
+    _set_trusted_devices(1, fast_compile=True)
+    assert "XLA_FLAGS" not in xla_flags.os.environ
