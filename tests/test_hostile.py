@@ -61,6 +61,7 @@ def huge_notebook(path: Path) -> None:
 
 
 SEEDED_ENTRY = "ab" + "0" * 62  # an evaluator cache entry's name (a sha256)
+SEEDED_TRUSTED = "jit_double-" + "0" * 64 + "-cache"  # a JAX cache entry's name
 
 
 def tree_digest(root: Path) -> dict[str, str]:
@@ -123,6 +124,9 @@ def batch(tmp_path_factory: pytest.TempPathFactory) -> dict:
         d.mkdir(mode=0o700)
     seeded.write_bytes(b"an answer the trusted side kept")
     seeded.chmod(0o600)
+    trusted = tmp / "mixed-cache" / "trusted"  # h_poison_trusted_cache's target (xla_cache.use_trusted_cache)
+    trusted.mkdir(mode=0o700)
+    (trusted / SEEDED_TRUSTED).write_bytes(b"an executable a grading process kept")
     run = grade(tmp, course, notebooks, "bwrap", "mixed")
     run["course_changed"] = tree_digest(course) != before
     run["alone"] = grade(tmp, course, sorted(CORPUS.glob("honest_*.ipynb")), "bwrap", "alone")
@@ -217,6 +221,19 @@ def test_the_evaluator_cache_is_out_of_every_sandboxs_reach(batch: dict) -> None
         assert stat.S_IMODE(st.st_mode) == (0o700 if path.is_dir() else 0o600), path
         if path.is_file():
             assert path.parent.name == path.name[:2] and len(path.name) == 64, path
+
+
+def test_the_grading_processes_cache_is_out_of_every_sandboxs_reach(batch: dict) -> None:
+    """h_poison_trusted_cache looked for the grading processes' own compilation cache (where
+    the references' executables are kept) and tried to overwrite and plant entries: it is never
+    mounted in a sandbox, so the seeded entry is intact and nothing was planted there."""
+    trusted = batch["cache"].parent / "trusted"
+    assert (trusted / SEEDED_TRUSTED).read_bytes() == b"an executable a grading process kept"
+    assert stat.S_IMODE(trusted.lstat().st_mode) == 0o700
+    for path in trusted.iterdir():
+        st = path.lstat()
+        assert st.st_uid == os.getuid() and stat.S_ISREG(st.st_mode), path
+        assert not path.read_bytes().startswith(b"poison") and "jit_double-0jit" not in path.name, path
 
 
 def test_result_files_stay_small(batch: dict) -> None:

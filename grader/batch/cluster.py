@@ -300,12 +300,12 @@ class _ChildLost(Exception):
 class _Child:
     """A trusted grading process of this Dask worker thread: one JSON line in, one JSON line out."""
 
-    def __init__(self, devices: int) -> None:
+    def __init__(self, devices: int, trusted_cache: bool) -> None:
         # the child imports the same grader as this worker, wherever it is installed
         path = [str(Path(grader.__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", __name__, str(os.getpid()), str(devices)],
+            [sys.executable, "-m", __name__, str(os.getpid()), str(devices), str(int(trusted_cache))],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,
@@ -338,16 +338,19 @@ _THREAD = threading.local()
 ATTEMPTS = 2  # as the local pool: a lost child is replaced and the submission graded once more
 
 
-def _in_child(devices: int, args: list[Any]) -> Any:
-    """``grader.grading.grade._task(*args)`` in this thread's child; a :class:`Lost` after ``ATTEMPTS`` deaths."""
-    children: dict[int, _Child] = _THREAD.__dict__.setdefault("children", {})
+def _in_child(devices: int, args: list[Any], trusted_cache: bool) -> Any:
+    """``grader.grading.grade._task(*args)`` in this thread's child (one per device count, and
+    per whether it keeps its compilations: ``trusted_cache``, see ``grade._init_worker``); a
+    :class:`Lost` after ``ATTEMPTS`` deaths."""
+    children: dict[tuple[int, bool], _Child] = _THREAD.__dict__.setdefault("children", {})
+    which = (devices, trusted_cache)
     exitcode: int | None = None
     for attempt in range(1, ATTEMPTS + 1):
-        child = children.get(devices) or children.setdefault(devices, _Child(devices))
+        child = children.get(which) or children.setdefault(which, _Child(devices, trusted_cache))
         try:
             return child.call(args)
         except _ChildLost as exc:
-            del children[devices]
+            del children[which]
             exitcode = exc.exitcode
             log.warning("the trusted grading process on %s died (exit %s); attempt %d", _here(), exitcode, attempt)
     return Lost(ATTEMPTS, exitcode)
@@ -367,7 +370,8 @@ def _cache_for(assignment: Assignment, root: Path, iso: str) -> str | None:
         try:
             if str(final) not in _WARM_TRIED:  # the folder's name covers the starter too
                 _WARM_TRIED.add(str(final))
-                _in_child(assignment.config.devices, ["warm", str(root), assignment.name, iso, str(final), False])
+                warm_args = ["warm", str(root), assignment.name, iso, str(final), False]
+                _in_child(assignment.config.devices, warm_args, trusted_cache=True)
         finally:
             _WARM_LOCK.release()
     return str(final)  # the child reads it only once it is published
@@ -388,7 +392,7 @@ def grade_task(bundle: CourseBundle, request: dict[str, Any]) -> dict[str, Any]:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         args = ["grade", str(root), bundle.name, str(path), request["student"], iso, request["public_only"], cache]
-        result = _in_child(assignment.config.devices, args)
+        result = _in_child(assignment.config.devices, args, trusted_cache=cache is not None)
     if isinstance(result, Lost):
         return {"lost": {"attempts": result.attempts, "exitcode": result.exitcode}}
     if isinstance(result, Raised):
@@ -396,9 +400,10 @@ def grade_task(bundle: CourseBundle, request: dict[str, Any]) -> dict[str, Any]:
     return {"record": result, "worker": _here()}
 
 
-def _serve_child(parent: int, devices: int) -> None:
+def _serve_child(parent: int, devices: int, trusted_cache: bool) -> None:
     """The child's loop (``python -m`` this module): ``grader.grading.grade._task`` per line of stdin."""
-    _init_worker(devices, parent)  # the device count, OOM protection, death with the worker thread
+    # the device count, the compile settings, OOM protection, death with the worker thread
+    _init_worker(devices, parent, trusted_cache)
     replies = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)  # whatever trusted code prints goes to stderr, never into a reply
     for line in sys.stdin:
@@ -531,4 +536,4 @@ def grade_on_cluster(
 
 
 if __name__ == "__main__":
-    _serve_child(int(sys.argv[1]), int(sys.argv[2]))
+    _serve_child(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:] == ["1"])

@@ -151,6 +151,8 @@ def _generated_pyproject() -> str:
         "rich",
         "jinja2",
         "matplotlib",
+        "packaging",
+        "filelock",
     ]
     deps = "\n".join(f"    {json.dumps(r)}," for r in requires)
     return _GENERATED_PYPROJECT.format(version=__version__, dependencies=deps)

@@ -646,7 +646,10 @@ def grade_many(
     plan = cache_plan(assignment, len(paths)) if cache and iso == "bwrap" and paths and not public_only else None
     cached = str(plan.folder) if plan is not None else None  # what each grading reads (_ready_cache)
     if jobs <= 1 and devices <= 1:
-        _set_trusted_devices(devices, fast_compile=True)  # grading in this process (if its JAX has not started)
+        # grading in this process: the settings of a pool worker's (where its JAX has not started)
+        _set_trusted_devices(devices, fast_compile=True)
+        if cache and iso == "bwrap":
+            xla_cache.use_trusted_cache()
         if plan is not None and plan.warm and len(paths) >= WARM_MIN:
             warm_cache(assignment, iso, plan.folder, alternatives=plan.alternatives)
         ready = _ready_cache(assignment, cached)
@@ -675,7 +678,8 @@ def grade_many(
     if plan is not None and plan.warm:
         tasks.append((_WARM, ("warm", root, assignment.name, iso, str(plan.folder), plan.alternatives)))
     tasks += [(p, ("grade", root, assignment.name, str(p), students.get(p), iso, public_only, cached)) for p in paths]
-    with TrustedPool(max(1, jobs), initializer=_init_worker, initargs=(devices, os.getpid())) as pool:
+    initargs = (devices, os.getpid(), cache and iso == "bwrap")
+    with TrustedPool(max(1, jobs), initializer=_init_worker, initargs=initargs) as pool:
         # an exception here (Ctrl-C, a failed commit, a grader bug) closes the generator, which
         # kills every worker: their sandboxes die with them (bwrap --die-with-parent)
         for p, result in pool.run(_task, tasks):
@@ -745,10 +749,14 @@ def _bug_record(assignment: Assignment, path: Path, student: str | None, raised:
     )
 
 
-def _init_worker(devices: int, parent: int) -> None:
-    """A trusted worker: the parent's device count, and death with the parent (even when the
-    parent is SIGKILLed, so that no grading goes on, unseen, after ``jaxgrade grade`` is gone)."""
+def _init_worker(devices: int, parent: int, trusted_cache: bool = False) -> None:
+    """A trusted worker: the parent's device count, the sandboxes' compile flags, its own
+    compilations kept for the next worker (``trusted_cache``: bubblewrap sandboxes, the cache
+    on; :func:`grader.host.xla_cache.use_trusted_cache`), and death with the parent (even when
+    the parent is SIGKILLed, so that no grading goes on, unseen, after ``jaxgrade grade`` is gone)."""
     _set_trusted_devices(devices, fast_compile=True)
+    if trusted_cache:
+        xla_cache.use_trusted_cache()
     protect_trusted()  # the OOM killer must pick a sandbox, never a trusted worker (a lost batch)
     if sys.platform.startswith("linux"):
         pr_set_pdeathsig = 1

@@ -289,7 +289,8 @@ def test_a_grader_bug_on_a_worker_costs_only_that_submission(tmp_path: Path) -> 
     path = tmp_path / "s0.ipynb"
     path.write_text(notebook("full"))
     sha = hashlib.sha256(path.read_bytes()).hexdigest()
-    result = _in_child(1, ["grade", str(tmp_path / "gone"), "double", str(path), "s0", "process", False, None])
+    args = ["grade", str(tmp_path / "gone"), "double", str(path), "s0", "process", False, None]
+    result = _in_child(1, args, trusted_cache=False)
     assert isinstance(result, Raised) and "ConfigError" in result.traceback, result
     rec = _received(assignment, path, "s0", sha, _Answered({"raised": result.traceback}))
     assert (rec.status, rec.student, rec.submission_sha256) == ("grader_error", "s0", sha)

@@ -422,3 +422,85 @@ def test_published_entries_carry_no_names_of_the_warming_code(bwrap_course: Path
             texts.append(zstandard.ZstdDecompressor().decompress(data, max_output_size=1 << 28))
         for text in texts:
             assert b"_secret_trick_helper" not in text and b"ipykernel" not in text, entry.name
+
+
+# --------------------------------------------------------------------------- the grading processes' own cache
+
+_TRUSTED_RUN = """
+import json, sys
+import jax
+from grader.host import xla_cache
+hits = []
+jax.monitoring.register_event_listener(lambda name, **kw: hits.append(name) if name.endswith("cache_hits") else None)
+folder = xla_cache.use_trusted_cache()
+import jax.numpy as jnp
+jax.jit(lambda x: jnp.sin(x) * 3 + 1)(jnp.arange(7.0)).block_until_ready()
+print(json.dumps({"folder": str(folder), "hits": len(hits)}))
+"""
+
+
+def _trusted_run(cache_root: Path) -> dict:
+    import subprocess
+    import sys
+
+    env = {**os.environ, "JAXGRADE_CACHE_DIR": str(cache_root), "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run(
+        [sys.executable, "-c", _TRUSTED_RUN], env=env, capture_output=True, text=True, timeout=120, check=True
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_grading_process_reads_what_an_earlier_one_compiled(tmp_path):
+    """use_trusted_cache: the first process writes its compilations into <root>/trusted (0700,
+    never mounted in a sandbox), the next process's same computation is a hit."""
+    first = _trusted_run(tmp_path)
+    folder = tmp_path / "trusted"
+    assert first == {"folder": str(folder), "hits": 0}
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    entries = sorted(p.name for p in folder.iterdir() if p.name.endswith("-cache"))
+    assert entries
+    second = _trusted_run(tmp_path)
+    assert second["hits"] >= 1
+    assert sorted(p.name for p in folder.iterdir() if p.name.endswith("-cache")) == entries
+
+
+def test_a_folder_others_can_write_is_not_used(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("JAXGRADE_CACHE_DIR", str(tmp_path))
+    folder = tmp_path / "trusted"
+    folder.mkdir()
+    folder.chmod(0o777)
+    with caplog.at_level(logging.WARNING, logger="grader.host.xla_cache"):
+        assert xla_cache.use_trusted_cache() is None
+    assert "not a private folder" in caplog.text
+    folder.chmod(0o700)
+    folder.rmdir()
+    folder.symlink_to(tmp_path)  # a link in its place is refused too
+    assert xla_cache.use_trusted_cache() is None
+
+
+def _compile_in_worker() -> list:
+    import jax
+    import jax.numpy as jnp
+
+    jax.jit(lambda x: x * 5 - 1)(jnp.arange(3.0)).block_until_ready()
+    return [jax.config.jax_compilation_cache_dir, os.environ.get("XLA_FLAGS", "")]
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_pool_workers_keep_their_compilations_only_when_told(tmp_path, monkeypatch, keep):
+    """grade_many's workers (``_init_worker``): with the cache on and bubblewrap sandboxes they
+    keep what they compile in <root>/trusted; otherwise (``--no-cache``, no bubblewrap) nothing.
+    Either way they compile with the sandboxes' flags."""
+    from grader.batch.pool import TrustedPool
+    from grader.grading.grade import _init_worker
+    from grader.host.xla_flags import fast_compile_flags
+
+    monkeypatch.setenv("JAXGRADE_CACHE_DIR", str(tmp_path))
+    with TrustedPool(1, initializer=_init_worker, initargs=(1, os.getpid(), keep)) as pool:
+        [(_, (folder, flags))] = list(pool.run(_compile_in_worker, [("k", ())]))
+    trusted = tmp_path / "trusted"
+    if keep:
+        assert folder == str(trusted) and any(p.name.endswith("-cache") for p in trusted.iterdir())
+    else:
+        assert folder is None and not trusted.exists()
+    assert all(flag in flags.split() for flag in fast_compile_flags())

@@ -154,6 +154,46 @@ for d in guesses:
             pass
 """
 
+POISON_TRUSTED = r"""
+# the grading processes' own compilation cache (grader/host/xla_cache.py: use_trusted_cache),
+# where the references' executables are kept: find it (beside the cache root's xla/ and evals/)
+# and overwrite or plant entries, so that a later grading process computes wrong references
+import os, time
+FOUND = []
+root = os.path.dirname(os.environ.get("JAX_COMPILATION_CACHE_DIR") or "/jaxgrade-xla-cache")
+guesses = [os.path.join(root, "trusted"), os.path.join(root, "..", "trusted"), "/jaxgrade-xla-cache/../trusted",
+           os.path.expanduser("~/.cache/jaxgrade/trusted"), "/root/.cache/jaxgrade/trusted"]
+deadline = time.monotonic() + 6
+for start in ("/tmp", "/root", "/home", "/var", "/work", "/"):
+    for dirpath, dirnames, filenames in os.walk(start):
+        if time.monotonic() > deadline:
+            break
+        if dirpath.startswith(("/proc", "/sys", "/dev")):
+            dirnames[:] = []
+            continue
+        if os.path.basename(dirpath) == "trusted":
+            guesses.append(dirpath)
+# found: an entry the trusted side wrote (JAX names them <hash>-cache)
+for d in guesses:
+    try:
+        names = os.listdir(d)
+    except OSError:
+        continue
+    for name in names:
+        if name.endswith("-cache"):
+            FOUND.append(os.path.join(d, name))
+            try:
+                with open(os.path.join(d, name), "r+b") as f:
+                    f.write(b"poison")
+            except OSError:
+                pass
+    try:
+        with open(os.path.join(d, "jit_double-0" * 3 + "-cache"), "wb") as f:
+            f.write(b"poison")
+    except OSError:
+        pass
+"""
+
 WRITE_OUTSIDE = r"""
 import os, sys, site
 targets = ["/tmp", "/var/tmp", "/dev/shm", "/root", "/home", "/work", "/opt", "/opt/jaxgrade", "/opt/jaxgrade/grader",
@@ -407,6 +447,7 @@ def corpus() -> dict[str, dict]:
         "h_write_outside_scratch": notebook(WRITE_OUTSIDE, OK),
         "h_poison_compile_cache": notebook(POISON_CACHE, IF_FOUND),
         "h_poison_eval_cache": notebook(POISON_EVALS, IF_FOUND),
+        "h_poison_trusted_cache": notebook(POISON_TRUSTED, IF_FOUND),
         "h_forge_results_files": notebook(FORGE_RESULTS, WRONG),
         "h_forge_protocol_frames": notebook(FORGE_FRAMES, WRONG),
         "h_forge_frames_from_function": notebook(
