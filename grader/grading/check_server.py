@@ -157,8 +157,11 @@ def server_key() -> str:
         except OSError:
             st = None
         h.update(f"\0{name}={origin}:{st and st.st_size}:{st and st.st_mtime_ns}".encode())
-    for key in sorted(k for k in os.environ if KEYED_ENV.match(k) and k not in (ENV,)):
-        h.update(f"\0{key}={os.environ[key]}".encode())
+    from grader.host import xla_flags  # light: the client imports no JAX
+
+    given = xla_flags.given_environ()  # not what this check's own grading added to XLA_FLAGS
+    for key in sorted(k for k in given if KEYED_ENV.match(k) and k not in (ENV,)):
+        h.update(f"\0{key}={given[key]}".encode())
     return h.hexdigest()[:20]
 
 
@@ -299,7 +302,9 @@ def start(course: Path, assignment: str, notebook: Path, isolation: str, devices
     import site
 
     source = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ)
+    from grader.host import xla_flags
+
+    env = xla_flags.given_environ()  # the server sets its own flags, as this process did
     if source not in {*site.getsitepackages(), site.getusersitepackages()}:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [source, os.environ.get("PYTHONPATH")]))
     # appended to (a server already running keeps its log); the server that gets the lock empties it
@@ -488,11 +493,16 @@ def _start_ahead(state: _Serving) -> None:
     if state.next is None or state.ahead is not None:
         return
     assignment, notebook, isolation = state.next
+    # busy: a SIGTERM now stops the server once the sandbox is started (and so closed), never
+    # halfway through starting it (a session nobody holds, whose threads would keep it alive)
+    state.busy = True
     try:
         state.ahead = prestart(assignment, notebook, isolation)
     except Exception as exc:  # the next check starts its own sandbox, and says why if it cannot
         print(f"check server: could not start a sandbox ahead: {exc}", file=sys.stderr, flush=True)
         state.ahead = None
+    finally:
+        state.busy = False
 
 
 def serve(
@@ -561,6 +571,8 @@ def serve(
             _start_ahead(state)
         except Exception as exc:
             print(f"check server: nothing started ahead: {exc}", file=sys.stderr, flush=True)
+        if state.stopping:  # a SIGTERM while the first sandbox started
+            return 0
         import jax.numpy  # noqa: F401 - the checks' trusted side, warm before the first one
         import pytest  # noqa: F401
 
@@ -583,6 +595,8 @@ def serve(
             if state.retire or state.stopping:
                 break
             _start_ahead(state)
+            if state.stopping:
+                break
             deadline = time.monotonic() + idle
     finally:
         _SERVING = None

@@ -373,10 +373,7 @@ def _set_trusted_devices(devices: int, *, fast_compile: bool = False) -> None:
     wanted = [f"--xla_force_host_platform_device_count={devices}"] if devices > 1 else []
     if fast_compile:
         wanted += xla_flags.fast_compile_flags()
-    flags = os.environ.get("XLA_FLAGS", "")
-    missing = [flag for flag in wanted if flag not in flags.split()]
-    if missing:
-        os.environ["XLA_FLAGS"] = " ".join([flags, *missing]).strip()
+    xla_flags.add_to_process(wanted)
 
 
 def _check_trusted_devices(assignment: Assignment) -> None:

@@ -92,3 +92,32 @@ def sandbox_xla_flags(devices: int = 1) -> str:
     if devices > 1:
         flags.insert(0, f"--xla_force_host_platform_device_count={devices}")
     return " ".join(flags + fast_compile_flags())
+
+
+#: The ``XLA_FLAGS`` this process was given, recorded when :func:`add_to_process` first changes it.
+_GIVEN: list[str | None] = []
+
+
+def add_to_process(flags: list[str]) -> None:
+    """Add ``flags`` to this (trusted) process's own ``XLA_FLAGS``, for its JAX (before it starts
+    a backend), remembering the value it was given (:func:`given_environ`)."""
+    current = os.environ.get("XLA_FLAGS")
+    missing = [flag for flag in flags if flag not in (current or "").split()]
+    if not missing:
+        return
+    if not _GIVEN:
+        _GIVEN.append(current)
+    os.environ["XLA_FLAGS"] = " ".join([current or "", *missing]).strip()
+
+
+def given_environ() -> dict[str, str]:
+    """This process's environment as it was given: without the flags :func:`add_to_process`
+    added.  What a command is for (the check server's key) and what it hands on to a process
+    that sets its own flags depend on the user's environment, not on what grading did to it."""
+    env = dict(os.environ)
+    if _GIVEN:
+        if _GIVEN[0] is None:
+            env.pop("XLA_FLAGS", None)
+        else:
+            env["XLA_FLAGS"] = _GIVEN[0]
+    return env

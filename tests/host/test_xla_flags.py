@@ -8,12 +8,15 @@ import pytest
 from grader.host import xla_flags
 from grader.host.sandbox import sandbox_env
 
+PROBE = xla_flags.accepted  # the cached probe (a test may put a stand-in in its place)
+
 
 @pytest.fixture(autouse=True)
-def _fresh_probe():
-    xla_flags.accepted.cache_clear()
+def _fresh_probe(monkeypatch):
+    PROBE.cache_clear()
+    monkeypatch.setattr(xla_flags, "_GIVEN", [])  # what this process was given: recorded afresh
     yield
-    xla_flags.accepted.cache_clear()
+    PROBE.cache_clear()
 
 
 def test_the_probe_accepts_what_this_jaxlib_knows_and_refuses_what_it_does_not():
@@ -84,3 +87,23 @@ def test_grading_processes_compile_like_their_sandboxes(monkeypatch):
     monkeypatch.delenv("XLA_FLAGS")
     _set_trusted_devices(1, fast_compile=True)
     assert "XLA_FLAGS" not in xla_flags.os.environ
+
+
+def test_what_grading_adds_to_its_own_flags_is_not_the_users_environment(monkeypatch):
+    """The check server's key and the server's environment are the user's: a check that graded
+    in its own process (and so added flags for its own JAX) must name the same server as the
+    next check, which has not graded yet."""
+    from grader.grading import check_server
+    from grader.grading.grade import _set_trusted_devices
+
+    monkeypatch.delenv(xla_flags.SWITCH, raising=False)
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    before = check_server.server_key()
+    _set_trusted_devices(4, fast_compile=True)
+    assert "--xla_force_host_platform_device_count=4" in xla_flags.os.environ["XLA_FLAGS"]
+    assert "XLA_FLAGS" not in xla_flags.given_environ()
+    assert check_server.server_key() == before
+    monkeypatch.setattr(xla_flags, "_GIVEN", [])
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")
+    _set_trusted_devices(1, fast_compile=True)
+    assert xla_flags.given_environ()["XLA_FLAGS"] == "--xla_dump_to=/tmp/x"
