@@ -44,14 +44,24 @@ class FakeCanvas:
         self.base = ""
 
     def handle(self, h: BaseHTTPRequestHandler) -> None:
+        """One request, counted as active until its answer starts to go out (_send): the client
+        may send its next request as soon as it has the answer, before this thread returns."""
         with self.lock:
             self.active += 1
             self.most_active = max(self.most_active, self.active)
+        done = []
+
+        def answered() -> None:
+            if not done:
+                done.append(True)
+                with self.lock:
+                    self.active -= 1
+
+        h.answered = answered  # type: ignore[attr-defined]
         try:
             self._handle(h)
         finally:
-            with self.lock:
-                self.active -= 1
+            answered()
 
     def _handle(self, h: BaseHTTPRequestHandler) -> None:
         url = urllib.parse.urlsplit(h.path)
@@ -116,6 +126,7 @@ def _send(h: BaseHTTPRequestHandler, status: int, body: str, headers: dict[str, 
     h.send_header("Content-Length", str(len(data)))
     for key, value in (headers or {}).items():
         h.send_header(key, value)
+    getattr(h, "answered", lambda: None)()  # FakeCanvas.handle: no longer active
     h.end_headers()
     h.wfile.write(data)
 
