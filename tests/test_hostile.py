@@ -35,7 +35,7 @@ import yaml
 
 from grader.grading.record import RECORD_MAX_BYTES
 from grader.host.sandbox import choose_isolation, resource_warning
-from grader.host.xla_cache import ENTRY
+from grader.host.xla_cache import ENTRY, _host_key
 from grader.publish.feedback import PAGE_MAX_BYTES
 from grader.publish.output import safe_name
 from tests.minicourse import make_minicourse, procs_with
@@ -124,9 +124,10 @@ def batch(tmp_path_factory: pytest.TempPathFactory) -> dict:
         d.mkdir(mode=0o700)
     seeded.write_bytes(b"an answer the trusted side kept")
     seeded.chmod(0o600)
-    trusted = tmp / "mixed-cache" / "trusted"  # h_poison_trusted_cache's target (xla_cache.use_trusted_cache)
-    trusted.mkdir(mode=0o700)
+    trusted = tmp / "mixed-cache" / "trusted" / _host_key()  # h_poison_trusted_cache's target (use_trusted_cache)
+    trusted.mkdir(mode=0o700, parents=True)
     (trusted / SEEDED_TRUSTED).write_bytes(b"an executable a grading process kept")
+    (trusted / SEEDED_TRUSTED.replace("-cache", "-atime")).write_bytes(b"\0" * 8)  # a whole entry, as JAX writes it
     run = grade(tmp, course, notebooks, "bwrap", "mixed")
     run["course_changed"] = tree_digest(course) != before
     run["alone"] = grade(tmp, course, sorted(CORPUS.glob("honest_*.ipynb")), "bwrap", "alone")
@@ -227,7 +228,7 @@ def test_the_grading_processes_cache_is_out_of_every_sandboxs_reach(batch: dict)
     """h_poison_trusted_cache looked for the grading processes' own compilation cache (where
     the references' executables are kept) and tried to overwrite and plant entries: it is never
     mounted in a sandbox, so the seeded entry is intact and nothing was planted there."""
-    trusted = batch["cache"].parent / "trusted"
+    trusted = batch["cache"].parent / "trusted" / _host_key()
     assert (trusted / SEEDED_TRUSTED).read_bytes() == b"an executable a grading process kept"
     assert stat.S_IMODE(trusted.lstat().st_mode) == 0o700
     for path in trusted.iterdir():

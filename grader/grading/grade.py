@@ -102,8 +102,14 @@ def new_session(
 
 
 def _hidden_from_sandbox(assignment: Assignment, path: Path) -> tuple[Path, ...]:
-    """The folders a submission's sandbox must not see: the reference and the notebook's own."""
-    return (assignment.course.root / "reference", assignment.reference_dir, Path(path).parent)
+    """The folders a submission's sandbox must not see: the reference, the notebook's own, the
+    grading processes' compilations (a sandbox refuses to start where it would mount one)."""
+    return (
+        assignment.course.root / "reference",
+        assignment.reference_dir,
+        Path(path).parent,
+        xla_cache.trusted_root(),  # the grading processes' own compilations
+    )
 
 
 def prestart(assignment: Assignment, path: Path, isolation: str) -> Session:
@@ -371,7 +377,7 @@ def _set_trusted_devices(devices: int, *, fast_compile: bool = False) -> None:
     in a third of the time).  Must run before JAX initialises a backend; a grading process's
     own, never a student's kernel (the in-notebook self-check passes no ``fast_compile``)."""
     wanted = [f"--xla_force_host_platform_device_count={devices}"] if devices > 1 else []
-    if fast_compile:
+    if fast_compile and not xla_cache.jax_started():  # else JAX's cache key would name flags it does not use
         wanted += xla_flags.fast_compile_flags()
     xla_flags.add_to_process(wanted)
 
@@ -634,7 +640,28 @@ def grade_many(
     With ``cache`` (and bubblewrap), the sandboxes read the assignment's trusted compilation
     cache, which is warmed first if it is not there yet (:func:`cache_plan`: the starter completed
     with the reference, and for a large batch with each alternative solution too), and the
-    evaluator's answers are kept for the submissions (and batches) that export the same modules."""
+    evaluator's answers are kept for the submissions (and batches) that export the same modules.
+
+    Without bubblewrap the kernels ran as this user and could have written the grading
+    processes' own compilations: they are forgotten when the run ends."""
+    iso = choose_isolation(isolation)
+    try:
+        return _grade_many(assignment, paths, jobs, students, iso, public_only, on_result, cache)
+    finally:
+        if iso != "bwrap":
+            xla_cache.forget_trusted()
+
+
+def _grade_many(
+    assignment: Assignment,
+    paths: list[Path],
+    jobs: int,
+    students: dict[Path, str] | None,
+    isolation: str,
+    public_only: bool,
+    on_result: Callable[[Path, Record], None] | None,
+    cache: bool,
+) -> dict[Path, Record]:
     protect_trusted()
     students = students or {}
     out: dict[Path, Record] = {}

@@ -28,9 +28,11 @@ import hashlib
 import json
 import logging
 import os
+import platform
 import re
 import shutil
 import stat
+import sys
 import tempfile
 from dataclasses import dataclass
 from importlib import metadata
@@ -112,7 +114,10 @@ def staging() -> Path:
     """A fresh folder for a warming sandbox to write: world-writable (the sandbox runs as a
     leased uid), inside a folder only we can enter."""
     root = cache_root()
-    root.mkdir(parents=True, exist_ok=True)
+    root.parent.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):  # the cache root: 0700, whatever the umask (a 002 one
+        root.parent.mkdir(mode=0o700)  # would make it group-writable, and the private caches refuse it)
+    root.mkdir(exist_ok=True)
     os.chmod(root, 0o711)
     private = Path(tempfile.mkdtemp(prefix=".warm-", dir=root))  # 0700: no other host user gets in
     folder = private / "cache"
@@ -156,10 +161,68 @@ def publish(staged: Path, final: Path) -> int:
 TRUSTED_MAX_BYTES = 256 << 20
 
 
-def trusted_folder() -> Path:
-    """The grading processes' own compilation cache, ``<root>/trusted`` (beside ``xla/`` and
-    ``evals/``): never mounted into a sandbox."""
+def trusted_root() -> Path:
+    """``<root>/trusted``, beside ``xla/`` and ``evals/``: the grading processes' own compilations,
+    never mounted into a sandbox."""
     return cache_root().parent / "trusted"
+
+
+def _host_key() -> str:
+    """This kind of machine (architecture and CPU features), which compiled code depends on: a
+    home shared by several machines (NFS, a cluster's workers) keeps a folder for each kind."""
+    features = ""
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    features = line.split(":", 1)[1].strip()
+                    break
+    return hashlib.sha256(f"{platform.machine()}\0{features}".encode()).hexdigest()[:12]
+
+
+def trusted_folder() -> Path:
+    return trusted_root() / _host_key()
+
+
+def jax_started() -> bool:
+    """Whether this process's JAX has started a backend or a compilation cache already (then its
+    settings are fixed: the flags it compiles with, the cache folder it uses)."""
+    if "jax" not in sys.modules:
+        return False
+    try:
+        from jax._src import compilation_cache, xla_bridge
+
+        return bool(xla_bridge.backends_are_initialized()) or getattr(compilation_cache, "_cache", None) is not None
+    except Exception:  # another JAX's internals: assume the worst
+        return True
+
+
+def _private(folders: list[Path]) -> Path | None:
+    """Make each folder where missing (mode 0700, whatever the umask); the first that is not a
+    folder of ours that only we may write, or None."""
+    for d in folders:
+        with contextlib.suppress(FileExistsError):
+            d.mkdir(mode=0o700)
+        st = d.lstat()
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+            return d
+    return None
+
+
+def _drop_unfinished(folder: Path) -> None:
+    """Remove entries without their access-time file: JAX writes that file after the entry, so
+    such an entry may be half written (a worker killed while writing it), and with one of them
+    there JAX's eviction fails on every write, which stops the cache filling."""
+    import filelock
+
+    try:
+        with filelock.FileLock(str(folder / ".lockfile"), timeout=10):  # JAX's own lock of the folder
+            for entry in folder.glob("*-cache"):
+                if not entry.with_name(entry.name[: -len("-cache")] + "-atime").exists():
+                    with contextlib.suppress(OSError):
+                        entry.unlink()
+    except (filelock.Timeout, OSError) as exc:
+        log.info("could not look for unfinished entries in %s: %s", folder, exc)
 
 
 def use_trusted_cache() -> Path | None:
@@ -168,26 +231,27 @@ def use_trusted_cache() -> Path | None:
     a pool worker's first notebook then spends about 0.8 s on its trusted side instead of 1.8 s
     (bench/README.md).  Only grading processes read or write it, and only where the sandboxes
     are bubblewrap (the caller's part): a kernel outside bubblewrap runs as this user and could
-    write it.  JAX locks the folder for every read and write (``filelock``), so concurrent
-    workers never see half an entry.  Must run before this process's JAX compiles anything (it
-    decides once whether to use a cache); returns the folder, or None where it is not ours and
-    private, or cannot be made."""
+    write it (:func:`forget_trusted`).  JAX locks the folder for every read and write
+    (``filelock``), so concurrent workers never see half an entry.  Returns the folder, or None
+    where this process's JAX has started already, or the folder is not ours and private."""
     try:
         import filelock  # noqa: F401 - without it JAX neither locks nor evicts
     except ImportError:
         return None
+    if jax_started():
+        log.info("not keeping this process's compilations: its JAX has started already")
+        return None
     folder = trusted_folder()
     try:
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        folder.mkdir(mode=0o700, exist_ok=True)
-        for d in (folder.parent, folder):
-            st = d.lstat()
-            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
-                log.warning("not keeping the grader's own compilations in %s: %s is not a private folder", folder, d)
-                return None
+        cache_root().parent.parent.mkdir(parents=True, exist_ok=True)
+        bad = _private([cache_root().parent, trusted_root(), folder])
     except OSError as exc:
         log.warning("not keeping the grader's own compilations in %s: %s", folder, exc)
         return None
+    if bad is not None:
+        log.warning("not keeping the grader's own compilations in %s: %s is not a private folder", folder, bad)
+        return None
+    _drop_unfinished(folder)
     import jax
 
     jax.config.update("jax_compilation_cache_dir", str(folder))
@@ -195,6 +259,13 @@ def use_trusted_cache() -> Path | None:
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     jax.config.update("jax_compilation_cache_max_size", TRUSTED_MAX_BYTES)
     return folder
+
+
+def forget_trusted() -> None:
+    """Remove the grading processes' kept compilations: after a run whose kernels ran as this
+    user (no bubblewrap), which could have written there."""
+    with contextlib.suppress(OSError):
+        shutil.rmtree(trusted_root())
 
 
 def read_entry(path: str) -> bytes | None:

@@ -427,11 +427,14 @@ def test_published_entries_carry_no_names_of_the_warming_code(bwrap_course: Path
 # --------------------------------------------------------------------------- the grading processes' own cache
 
 _TRUSTED_RUN = """
-import json, sys
+import json, os, sys
+os.umask(0o002)  # a user-private-group umask: the folders must still be private
 import jax
 from grader.host import xla_cache
 hits = []
 jax.monitoring.register_event_listener(lambda name, **kw: hits.append(name) if name.endswith("cache_hits") else None)
+if sys.argv[1:] == ["late"]:  # JAX started before: its settings are fixed, nothing is kept
+    jax.numpy.zeros(3).block_until_ready()
 folder = xla_cache.use_trusted_cache()
 import jax.numpy as jnp
 jax.jit(lambda x: jnp.sin(x) * 3 + 1)(jnp.arange(7.0)).block_until_ready()
@@ -439,33 +442,66 @@ print(json.dumps({"folder": str(folder), "hits": len(hits)}))
 """
 
 
-def _trusted_run(cache_root: Path) -> dict:
+def _trusted_run(cache_root: Path, *args: str) -> dict:
     import subprocess
     import sys
 
     env = {**os.environ, "JAXGRADE_CACHE_DIR": str(cache_root), "JAX_PLATFORMS": "cpu"}
     done = subprocess.run(
-        [sys.executable, "-c", _TRUSTED_RUN], env=env, capture_output=True, text=True, timeout=120, check=True
+        [sys.executable, "-c", _TRUSTED_RUN, *args], env=env, capture_output=True, text=True, timeout=120, check=True
     )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def test_a_grading_process_reads_what_an_earlier_one_compiled(tmp_path):
-    """use_trusted_cache: the first process writes its compilations into <root>/trusted (0700,
-    never mounted in a sandbox), the next process's same computation is a hit."""
-    first = _trusted_run(tmp_path)
-    folder = tmp_path / "trusted"
+    """use_trusted_cache: the first process writes its compilations into <root>/trusted/<kind
+    of machine> (each folder 0700 whatever the umask, never mounted in a sandbox), the next
+    process's same computation is a hit; a process whose JAX started first keeps nothing."""
+    root = tmp_path / "cache"
+    first = _trusted_run(root)
+    folder = root / "trusted" / xla_cache._host_key()
     assert first == {"folder": str(folder), "hits": 0}
-    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    for d in (root, root / "trusted", folder):
+        assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
     entries = sorted(p.name for p in folder.iterdir() if p.name.endswith("-cache"))
     assert entries
-    second = _trusted_run(tmp_path)
+    second = _trusted_run(root)
     assert second["hits"] >= 1
     assert sorted(p.name for p in folder.iterdir() if p.name.endswith("-cache")) == entries
+    assert _trusted_run(tmp_path / "late", "late") == {"folder": "None", "hits": 0}
+    assert not (tmp_path / "late" / "trusted").exists()
+
+
+def test_half_written_entries_are_dropped(tmp_path):
+    """An entry without its access-time file (JAX writes that after the entry: a worker killed
+    while writing) is removed, since with it there JAX's eviction fails on every write."""
+    (tmp_path / "aa-cache").write_bytes(b"an entry")
+    (tmp_path / "aa-atime").write_bytes(b"12345678")
+    (tmp_path / "bb-cache").write_bytes(b"half an entr")
+    xla_cache._drop_unfinished(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["aa-atime", "aa-cache"]
+
+
+def test_a_run_without_bubblewrap_forgets_the_kept_compilations(tmp_path, monkeypatch):
+    """Its kernels ran as this user and could have planted executables there."""
+    from grader.grading.grade import _hidden_from_sandbox, grade_many
+
+    monkeypatch.setenv("JAXGRADE_CACHE_DIR", str(tmp_path / "cache"))
+    kept = xla_cache.trusted_folder()
+    kept.mkdir(parents=True)
+    (kept / "aa-cache").write_bytes(b"planted?")
+    assignment = load_course(make_minicourse(tmp_path / "course")).assignment("double")
+    nb = tmp_path / "s.ipynb"
+    nb.write_text(notebook("full"), encoding="utf-8")
+    assert xla_cache.trusted_root() in _hidden_from_sandbox(assignment, nb)  # never mounted
+    rec = grade_many(assignment, [nb], isolation="process")[nb]
+    assert rec.status == "graded"
+    assert not xla_cache.trusted_root().exists()
 
 
 def test_a_folder_others_can_write_is_not_used(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("JAXGRADE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(xla_cache, "jax_started", lambda: False)  # as in a fresh worker
     folder = tmp_path / "trusted"
     folder.mkdir()
     folder.chmod(0o777)
@@ -500,7 +536,8 @@ def test_pool_workers_keep_their_compilations_only_when_told(tmp_path, monkeypat
         [(_, (folder, flags))] = list(pool.run(_compile_in_worker, [("k", ())]))
     trusted = tmp_path / "trusted"
     if keep:
-        assert folder == str(trusted) and any(p.name.endswith("-cache") for p in trusted.iterdir())
+        kept = trusted / xla_cache._host_key()
+        assert folder == str(kept) and any(p.name.endswith("-cache") for p in kept.iterdir())
     else:
         assert folder is None and not trusted.exists()
     assert all(flag in flags.split() for flag in fast_compile_flags())

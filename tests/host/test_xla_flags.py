@@ -73,8 +73,10 @@ def test_grading_processes_compile_like_their_sandboxes(monkeypatch):
     last bits as the student's code) and compiles them faster; the user's own flags stay, and the
     student's kernel (the in-notebook self-check) is never given them."""
     from grader.grading.grade import _set_trusted_devices
+    from grader.host import xla_cache
 
     monkeypatch.delenv(xla_flags.SWITCH, raising=False)
+    monkeypatch.setattr(xla_cache, "jax_started", lambda: False)  # as in a fresh worker
     monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")
     _set_trusted_devices(1)
     assert xla_flags.os.environ["XLA_FLAGS"] == "--xla_dump_to=/tmp/x"
@@ -95,8 +97,10 @@ def test_what_grading_adds_to_its_own_flags_is_not_the_users_environment(monkeyp
     next check, which has not graded yet."""
     from grader.grading import check_server
     from grader.grading.grade import _set_trusted_devices
+    from grader.host import xla_cache
 
     monkeypatch.delenv(xla_flags.SWITCH, raising=False)
+    monkeypatch.setattr(xla_cache, "jax_started", lambda: False)
     monkeypatch.delenv("XLA_FLAGS", raising=False)
     before = check_server.server_key()
     _set_trusted_devices(4, fast_compile=True)
@@ -107,3 +111,16 @@ def test_what_grading_adds_to_its_own_flags_is_not_the_users_environment(monkeyp
     monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")
     _set_trusted_devices(1, fast_compile=True)
     assert xla_flags.given_environ()["XLA_FLAGS"] == "--xla_dump_to=/tmp/x"
+
+
+def test_a_process_whose_jax_started_adds_no_compile_flag(monkeypatch):
+    """Its backend compiles with the flags it started with; naming others in XLA_FLAGS would
+    only file its compilations under a key (JAX's hashes XLA_FLAGS) for flags it does not use."""
+    from grader.grading.grade import _set_trusted_devices
+    from grader.host import xla_cache
+
+    monkeypatch.delenv(xla_flags.SWITCH, raising=False)
+    monkeypatch.setattr(xla_cache, "jax_started", lambda: True)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")
+    _set_trusted_devices(1, fast_compile=True)
+    assert xla_flags.os.environ["XLA_FLAGS"] == "--xla_dump_to=/tmp/x"

@@ -173,25 +173,22 @@ for start in ("/tmp", "/root", "/home", "/var", "/work", "/"):
             continue
         if os.path.basename(dirpath) == "trusted":
             guesses.append(dirpath)
-# found: an entry the trusted side wrote (JAX names them <hash>-cache)
+# found: an entry the trusted side wrote (JAX names them <hash>-cache), in the folder or below it
 for d in guesses:
-    try:
-        names = os.listdir(d)
-    except OSError:
-        continue
-    for name in names:
-        if name.endswith("-cache"):
-            FOUND.append(os.path.join(d, name))
-            try:
-                with open(os.path.join(d, name), "r+b") as f:
-                    f.write(b"poison")
-            except OSError:
-                pass
-    try:
-        with open(os.path.join(d, "jit_double-0" * 3 + "-cache"), "wb") as f:
-            f.write(b"poison")
-    except OSError:
-        pass
+    for dirpath, dirnames, filenames in os.walk(d):
+        for name in filenames:
+            if name.endswith("-cache"):
+                FOUND.append(os.path.join(dirpath, name))
+                try:
+                    with open(os.path.join(dirpath, name), "r+b") as f:
+                        f.write(b"poison")
+                except OSError:
+                    pass
+        try:
+            with open(os.path.join(dirpath, "jit_double-0" * 3 + "-cache"), "wb") as f:
+                f.write(b"poison")
+        except OSError:
+            pass
 """
 
 WRITE_OUTSIDE = r"""
