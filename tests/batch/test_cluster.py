@@ -295,3 +295,32 @@ def test_a_grader_bug_on_a_worker_costs_only_that_submission(tmp_path: Path) -> 
     rec = _received(assignment, path, "s0", sha, _Answered({"raised": result.traceback}))
     assert (rec.status, rec.student, rec.submission_sha256) == ("grader_error", "s0", sha)
     assert "a bug in the grader" in rec.message and "ConfigError" in rec.message
+
+
+def test_a_workers_grading_child_keeps_its_compilations_only_when_told(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A Dask worker's grading child (``_in_child``) with ``trusted_cache`` keeps what it
+    compiles (here: vmap_convolve's reference on the hidden inputs) in <root>/trusted, as the
+    local pool's workers do; one without it keeps nothing, and the two are different children."""
+    from grader.batch import cluster as cluster_mod
+    from grader.host import xla_cache
+    from grader.host.sandbox import choose_isolation
+
+    if choose_isolation("auto") != "bwrap":
+        pytest.skip("the kept compilations go with bubblewrap sandboxes")
+    repo = Path(grader.__file__).resolve().parents[1]
+    notebook_path = tmp_path / "alice.ipynb"
+    notebook_path.write_bytes((repo / "examples" / "class" / "alice.ipynb").read_bytes())
+    children = cluster_mod._THREAD.__dict__.setdefault("children", {})
+    for keep in (False, True):
+        monkeypatch.setenv("JAXGRADE_CACHE_DIR", str(tmp_path / f"cache-{keep}"))  # the child's environment
+        args = ["grade", str(repo), "vmap_convolve", str(notebook_path), "alice", "bwrap", False, None]
+        try:
+            record = _in_child(1, args, trusted_cache=keep)
+        finally:
+            child = children.pop((1, keep), None)
+            if child is not None:
+                child.proc.kill()
+                child.proc.wait()
+        assert record["status"] == "graded" and record["score"] == record["max_score"], record
+        kept = tmp_path / f"cache-{keep}" / "trusted" / xla_cache._host_key()
+        assert (kept.is_dir() and any(p.name.endswith("-cache") for p in kept.iterdir())) == keep
