@@ -9,7 +9,7 @@ a sandbox: the student's eager operations and jitted functions on the hidden sha
 evaluator's exported modules.  The newer (MLIR) emitters compile a program of thousands of small
 operations three times slower: a ``jax.jit`` of a Python loop over a 64-row batch (the sample
 class's carol) took 6.4 s to compile with them and 2.1 s without, on one core 11.8 s and 2.7 s
-(bench/README.md, "Compiling with the older emitters").  Both emitters compute the same
+(bench/README.md, "Session 10: compiling with the older emitters").  Both emitters compute the same
 operations; results can differ in the last bits (contracted multiply-adds), which every numeric
 check's tolerance absorbs, and every check that compares exactly compares a sandbox's results
 with the same sandbox's, or integers.  The flag only selects code generation: it decides nothing
