@@ -24,6 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from assignments import read_results  # bench/assignments.py
+
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "corpus"
 
@@ -68,9 +71,7 @@ def grade(course: Path, assignment: str, folder: Path, jobs: int, work: Path, la
     wall = time.monotonic() - t0
     if proc.returncode != 0:
         print(f"warning: jaxgrade grade ({label}) exited {proc.returncode}: {proc.stderr[-500:]}", file=sys.stderr)
-    records = [json.loads(f.read_text(encoding="utf-8")) for f in (out / "results").glob("*.json")]
-    correct = [r for r in records if r["student"].startswith("correct")]
-    tests = [r["timings"].get("tests", 0.0) for r in correct]
+    records, correct, tests = read_results(out)
     return {
         "notebooks": len(records),
         "wall_s": wall,

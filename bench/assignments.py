@@ -85,6 +85,14 @@ def tree_rss(root_pid: int) -> int:
     return total
 
 
+def read_results(out: Path) -> tuple[list[dict], list[dict], list[float]]:
+    """A batch's records (``out/results``), those of the corpus's ``correct*`` notebooks, and the
+    seconds each of those spent in tests."""
+    records = [json.loads(f.read_text(encoding="utf-8")) for f in (out / "results").glob("*.json")]
+    correct = [r for r in records if r["student"].startswith("correct")]
+    return records, correct, [r["timings"].get("tests", 0.0) for r in correct]
+
+
 def grade(name: str, notebooks: list[Path], jobs: int, work: Path, run: str = "first") -> dict:
     """``run``: "first" (a fresh compilation cache, warmed during the run) or "next" (the same
     notebooks again, as the next class or section would be, with the cache the first run left)."""
@@ -113,9 +121,7 @@ def grade(name: str, notebooks: list[Path], jobs: int, work: Path, run: str = "f
     sampler.join()
     if proc.returncode != 0:
         print(f"warning: jaxgrade grade --assignment {name} exited {proc.returncode}: {err[-500:]}", file=sys.stderr)
-    records = [json.loads(f.read_text(encoding="utf-8")) for f in (out / "results").glob("*.json")]
-    correct = [r for r in records if r["student"].startswith("correct")]
-    tests = [r["timings"].get("tests", 0.0) for r in correct]
+    records, correct, tests = read_results(out)
     return {
         "assignment": name,
         "notebooks": len(notebooks),

@@ -36,7 +36,7 @@ from grader.grading.submission import Submission
 from grader.host import xla_cache, xla_flags
 from grader.host.cgroups import protect_trusted
 from grader.host.eval_cache import EvalCache, beside
-from grader.host.sandbox import SandboxSetupError, choose_isolation, sandbox_env
+from grader.host.sandbox import Isolation, SandboxSetupError, choose_isolation, sandbox_env
 from grader.host.session import Session
 from grader.host.xla_cache import XlaCache
 from grader.host.xla_flags import sandbox_xla_flags
@@ -657,16 +657,16 @@ def _grade_many(
     paths: list[Path],
     jobs: int,
     students: dict[Path, str] | None,
-    isolation: str,
+    iso: Isolation,
     public_only: bool,
     on_result: Callable[[Path, Record], None] | None,
     cache: bool,
 ) -> dict[Path, Record]:
+    """:func:`grade_many`'s work, with the isolation already chosen (``iso``)."""
     protect_trusted()
     students = students or {}
     out: dict[Path, Record] = {}
     devices = assignment.config.devices
-    iso = choose_isolation(isolation)
     plan = cache_plan(assignment, len(paths)) if cache and iso == "bwrap" and paths and not public_only else None
     cached = str(plan.folder) if plan is not None else None  # what each grading reads (_ready_cache)
     if jobs <= 1 and devices <= 1:

@@ -110,13 +110,21 @@ def ready(path: Path) -> XlaCache | None:
     return XlaCache(path)
 
 
+def _make_home() -> Path:
+    """The folder above ``xla/``, ``evals/`` and ``trusted/``, made 0700 where it is missing, whatever
+    the umask (a 002 one would make it group-writable, and the private caches refuse that)."""
+    home = cache_root().parent
+    home.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        home.mkdir(mode=0o700)
+    return home
+
+
 def staging() -> Path:
     """A fresh folder for a warming sandbox to write: world-writable (the sandbox runs as a
     leased uid), inside a folder only we can enter."""
     root = cache_root()
-    root.parent.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(FileExistsError):  # the cache root: 0700, whatever the umask (a 002 one
-        root.parent.mkdir(mode=0o700)  # would make it group-writable, and the private caches refuse it)
+    _make_home()
     root.mkdir(exist_ok=True)
     os.chmod(root, 0o711)
     private = Path(tempfile.mkdtemp(prefix=".warm-", dir=root))  # 0700: no other host user gets in
@@ -243,8 +251,7 @@ def use_trusted_cache() -> Path | None:
         return None
     folder = trusted_folder()
     try:
-        cache_root().parent.parent.mkdir(parents=True, exist_ok=True)
-        bad = _private([cache_root().parent, trusted_root(), folder])
+        bad = _private([_make_home(), trusted_root(), folder])
     except OSError as exc:
         log.warning("not keeping the grader's own compilations in %s: %s", folder, exc)
         return None

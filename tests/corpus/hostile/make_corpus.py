@@ -118,23 +118,30 @@ except OSError:
     pass
 """
 
-POISON_EVALS = r"""
+# the first ``seconds`` of a walk over the disk: the folders ``wanted(path)`` picks (both poisoners)
+WALK_DISK = r"""
+import os, time
+def walk_disk(wanted, seconds=6):
+    picked, deadline = [], time.monotonic() + seconds
+    for start in ("/tmp", "/root", "/home", "/var", "/work", "/"):
+        for dirpath, dirnames, filenames in os.walk(start):
+            if time.monotonic() > deadline:
+                break
+            if dirpath.startswith(("/proc", "/sys", "/dev")):
+                dirnames[:] = []
+                continue
+            if wanted(dirpath):
+                picked.append(dirpath)
+    return picked
+"""
+
+POISON_EVALS = WALK_DISK + r"""
 # the evaluator's answers, kept by the trusted side (grader/host/eval_cache.py): find the folder
 # (next to the compilation cache, under the cache root) and plant an entry under every name seen
-import os, time
 FOUND = []
 guesses = [os.path.join(os.path.dirname(os.environ.get("JAX_COMPILATION_CACHE_DIR") or "/jaxgrade-xla-cache"), "evals"),
            "/jaxgrade-xla-cache/../evals", os.path.expanduser("~/.cache/jaxgrade/evals"), "/root/.cache/jaxgrade/evals"]
-deadline = time.monotonic() + 6
-for start in ("/tmp", "/root", "/home", "/var", "/work", "/"):
-    for dirpath, dirnames, filenames in os.walk(start):
-        if time.monotonic() > deadline:
-            break
-        if dirpath.startswith(("/proc", "/sys", "/dev")):
-            dirnames[:] = []
-            continue
-        if os.path.basename(dirpath) == "evals" or dirpath.endswith("/jaxgrade"):
-            guesses.append(dirpath)
+guesses += walk_disk(lambda d: os.path.basename(d) == "evals" or d.endswith("/jaxgrade"))
 # found: an entry someone else wrote (the sandbox's own home and /tmp are its to write, and prove nothing)
 for d in guesses:
     for dirpath, dirnames, filenames in os.walk(d):
@@ -154,25 +161,15 @@ for d in guesses:
             pass
 """
 
-POISON_TRUSTED = r"""
+POISON_TRUSTED = WALK_DISK + r"""
 # the grading processes' own compilation cache (grader/host/xla_cache.py: use_trusted_cache),
 # where the references' executables are kept: find it (beside the cache root's xla/ and evals/)
 # and overwrite or plant entries, so that a later grading process computes wrong references
-import os, time
 FOUND = []
 root = os.path.dirname(os.environ.get("JAX_COMPILATION_CACHE_DIR") or "/jaxgrade-xla-cache")
 guesses = [os.path.join(root, "trusted"), os.path.join(root, "..", "trusted"), "/jaxgrade-xla-cache/../trusted",
            os.path.expanduser("~/.cache/jaxgrade/trusted"), "/root/.cache/jaxgrade/trusted"]
-deadline = time.monotonic() + 6
-for start in ("/tmp", "/root", "/home", "/var", "/work", "/"):
-    for dirpath, dirnames, filenames in os.walk(start):
-        if time.monotonic() > deadline:
-            break
-        if dirpath.startswith(("/proc", "/sys", "/dev")):
-            dirnames[:] = []
-            continue
-        if os.path.basename(dirpath) == "trusted":
-            guesses.append(dirpath)
+guesses += walk_disk(lambda d: os.path.basename(d) == "trusted")
 # found: an entry the trusted side wrote (JAX names them <hash>-cache), in the folder or below it
 for d in guesses:
     for dirpath, dirnames, filenames in os.walk(d):
