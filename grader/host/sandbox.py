@@ -96,15 +96,37 @@ class Limits:
         ]
 
 
+def _system_binds() -> list[str]:
+    """bwrap arguments for the system a sandbox runs on: ``/usr`` and its links (``/lib``, …) and
+    the few files of ``/etc`` that the dynamic loader and Python read, all read-only."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    for link in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(link):
+            args += ["--symlink", os.readlink(link), link]
+        elif os.path.isdir(link):
+            args += ["--ro-bind", link, link]
+    # bwrap would create /etc for the binds below with mode 0700: unreadable once we are the leased uid
+    args += ["--perms", "0755", "--dir", "/etc"]
+    for f in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/hosts", "/etc/nsswitch.conf"):
+        if os.path.exists(f):
+            args += ["--ro-bind", f, f]
+    if os.path.isdir("/etc/ld.so.conf.d"):
+        args += ["--ro-bind", "/etc/ld.so.conf.d", "/etc/ld.so.conf.d"]
+    return args
+
+
 @lru_cache(maxsize=1)
 def bwrap_status() -> tuple[str | None, str]:
-    """(path to a working bwrap or None, why not)."""
+    """(path to a working bwrap or None, why not).  The probe mounts what a sandbox mounts of the
+    system, not all of ``/``: bwrap remounts every mount under what it binds read-only, and fails
+    when one of them goes away meanwhile (another grading process's scratch tmpfs, unmounted and
+    removed), which would turn the sandboxes off for this whole process."""
     path = shutil.which("bwrap")
     if path is None:
         return None, "bubblewrap (bwrap) is not installed"
     try:
         probe = subprocess.run(
-            [path, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "true"],
+            [path, "--unshare-all", "--die-with-parent", *_system_binds(), "true"],
             capture_output=True,
             timeout=20,
         )
@@ -408,19 +430,7 @@ class SandboxProcess:
         program = no_userns_filter()
         if program is not None:
             args += ["--seccomp", str(self._data_fd(program))]
-        args += ["--die-with-parent", "--new-session", "--hostname", "sandbox", "--ro-bind", "/usr", "/usr"]
-        for link in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
-            if os.path.islink(link):
-                args += ["--symlink", os.readlink(link), link]
-            elif os.path.isdir(link):
-                args += ["--ro-bind", link, link]
-        # bwrap would create /etc for the binds below with mode 0700: unreadable once we are the leased uid
-        args += ["--perms", "0755", "--dir", "/etc"]
-        for f in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/hosts", "/etc/nsswitch.conf"):
-            if os.path.exists(f):
-                args += ["--ro-bind", f, f]
-        if os.path.isdir("/etc/ld.so.conf.d"):
-            args += ["--ro-bind", "/etc/ld.so.conf.d", "/etc/ld.so.conf.d"]
+        args += ["--die-with-parent", "--new-session", "--hostname", "sandbox", *_system_binds()]
         uid = self.uid if as_root else 1000
         args += ["--file", str(self._data_fd(f"student:x:{uid}:{uid}:student:/sandbox:/bin/sh\n")), "/etc/passwd"]
         # the writable places first: a Python installation under /tmp (a CI checkout) is then

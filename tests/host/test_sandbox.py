@@ -11,6 +11,8 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -326,6 +328,32 @@ def test_choose_isolation_prefers_bwrap_when_it_works():
 
 
 @needs_bwrap
+@pytest.mark.skipif(not AS_ROOT, reason="mounting a tmpfs needs root")
+def test_the_bwrap_probe_holds_while_other_mounts_come_and_go(tmp_path: Path) -> None:
+    """Another grading process mounts and removes scratch tmpfs folders under $TMPDIR all the
+    time.  A probe that binds all of ``/`` failed about once in 50 (bwrap remounts every mount
+    under a bind, and fails on one that went away meanwhile: CI saw a whole corpus turn into
+    grader errors), and a failed probe turns bubblewrap off for the whole process."""
+    stop = threading.Event()
+
+    def churn() -> None:
+        while not stop.is_set():
+            folder = tempfile.mkdtemp(prefix="jaxgrade-test-churn-")
+            subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "jaxgrade-test-churn", folder], check=False)
+            subprocess.run(["umount", folder], check=False)
+            os.rmdir(folder)
+
+    churner = threading.Thread(target=churn)
+    churner.start()
+    try:
+        failures = [why for path, why in (sandbox.bwrap_status.__wrapped__() for _ in range(1000)) if path is None]
+    finally:
+        stop.set()
+        churner.join()
+    assert not failures, f"{len(failures)} of 1000 probes failed, e.g. {failures[0]}"
+
+
+@needs_bwrap
 def test_refuses_to_mount_a_python_that_contains_protected_files(tmp_path: Path) -> None:
     """A venv created inside the course directory would expose reference/: refuse to start."""
     secret = Path(sys.prefix) / "reference"
@@ -346,7 +374,18 @@ def bwrap_with_filter(*cmd: str) -> subprocess.CompletedProcess[str]:
     os.write(w, program)
     os.close(w)
     as_uid = ["setpriv", "--reuid=301000", "--regid=301000", "--clear-groups", "--"] if AS_ROOT else []
-    mounts = ["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
+    # the system as a sandbox sees it, not all of / (a bind of / fails when a mount under it goes
+    # away meanwhile: test_the_bwrap_probe_holds_while_other_mounts_come_and_go)
+    mounts = [
+        *sandbox._system_binds(),
+        "--ro-bind",
+        sys.base_prefix,
+        sys.base_prefix,
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+    ]
     try:
         return subprocess.run(
             ["bwrap", "--unshare-pid", "--seccomp", str(r), *mounts, *as_uid, *cmd],
@@ -376,11 +415,11 @@ def test_the_seccomp_filter_refuses_user_namespaces_and_nothing_ordinary() -> No
         "t = threading.Thread(target=print, args=('thread',)); t.start(); t.join()\n"
         "print(subprocess.run(['echo', 'child'], capture_output=True, text=True).stdout.strip())\n"
     )
-    ran = bwrap_with_filter(sys.executable, "-c", probe)
+    ran = bwrap_with_filter(os.path.realpath(sys.executable), "-c", probe)  # the base Python: the venv is not mounted
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.split() == ["-1", "1", "-1", "38", "thread", "child"], ran.stdout
     if AS_ROOT:  # without the filter, this user namespace would be made (the control)
-        plain = subprocess.run(["bwrap", "--ro-bind", "/", "/", "unshare", "-U", "true"], capture_output=True)
+        plain = subprocess.run(["bwrap", *sandbox._system_binds(), "unshare", "-U", "true"], capture_output=True)
         assert plain.returncode == 0, plain.stderr
 
 
