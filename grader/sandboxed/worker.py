@@ -31,6 +31,10 @@ _CELL_LOC = re.compile(r"(?:Cell In\s*\[(\d+)\]|<ipython-input-(\d+)-[0-9a-f]+>)
 _CELL_LINE = re.compile(r"^-*>\s*(\d+)\s")
 
 PROBE_TIMEOUT = 5.0
+#: Seconds nbclient waits, once a cell's reply is in, for the rest of its output (IOPub).  Not
+#: after a timeout: the cell was interrupted, and the probe that follows (PROBE_TIMEOUT) is the
+#: interrupt's grace; waiting for the output of a kernel that may be stuck cost 4 s twice.
+IOPUB_TIMEOUT = 4
 #: The requests the worker forwards to the kernel (:func:`grader.sandboxed.kernel_side.serve`).
 KERNEL_REQUESTS = (messages.Probe, messages.Call, messages.Export, messages.Count)
 SEND_TIMEOUT = 5.0
@@ -109,6 +113,10 @@ def _make_client(nb: Any, scratch: str, cell_timeout: float, output_cap: int) ->
 
         start_new_kernel_client = run_sync(async_start_new_kernel_client)
 
+        async def _async_handle_timeout(self, timeout: int, cell: Any = None) -> Any:
+            self.iopub_timeout = 0  # interrupted: no wait for its output (NotebookRunner._exec restores it)
+            return await super()._async_handle_timeout(timeout, cell)
+
         def output(self, outs: Any, msg: Any, display_id: Any, cell_index: int) -> Any:
             kept = sum(len(str(o.get("text", ""))) for o in outs if o.get("output_type") == "stream")
             if msg["msg_type"] == "stream":
@@ -129,7 +137,7 @@ def _make_client(nb: Any, scratch: str, cell_timeout: float, output_cap: int) ->
         interrupt_on_timeout=True,
         error_on_timeout={"ename": "CellTimeoutError", "evalue": "timeout", "traceback": []},
         startup_timeout=120,
-        iopub_timeout=4,
+        iopub_timeout=IOPUB_TIMEOUT,
         shell_timeout_interval=1,
         record_timing=False,
         resources={"metadata": {"path": scratch}},
@@ -223,9 +231,11 @@ class NotebookRunner:
         ``stop_channels`` would join it for ever."""
         import threading
 
+        from nbclient.util import run_sync
+
         try:
-            if self.client.km is not None:
-                self.client.km.shutdown_kernel(now=True)
+            if self.client.km is not None:  # an AsyncKernelManager (nbclient's): its calls are coroutines
+                run_sync(self.client.km.shutdown_kernel)(now=True)
         except Exception:
             traceback.print_exc()
         kc = self.client.kc
@@ -275,6 +285,8 @@ class NotebookRunner:
         except (DeadKernelError, zmq.ZMQError):  # dead, or unreachable (see _bound_sends)
             self.alive = False
             return "died", {}
+        finally:
+            self.client.iopub_timeout = IOPUB_TIMEOUT  # lowered for a cell that timed out
         reply = getattr(self.client, "_jaxgrade_last_reply", None) or {}
         return reply.get("status", "ok"), reply
 

@@ -1,17 +1,20 @@
 """The worker's wait for a fresh kernel (``grader.sandboxed.worker._until_ready``), against a
 stand-in kernel client: every real kernel start in the suite goes through it, but rarely
 through the path where the ``idle`` status of the first request never comes (ZeroMQ's slow
-joiner: IOPub connected after the kernel published it), which these tests force."""
+joiner: IOPub connected after the kernel published it), which these tests force.  And its
+handling of a kernel stuck in a cell, with a real kernel."""
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from queue import Empty
 from typing import Any
 
+import nbformat
 import pytest
 
-from grader.sandboxed.worker import _until_ready
+from grader.sandboxed.worker import IOPUB_TIMEOUT, NotebookRunner, _patch_reply_capture, _until_ready
 
 
 class StandInClient:
@@ -82,3 +85,39 @@ def test_a_kernel_that_never_gets_ready_is_given_up_at_the_deadline() -> None:
     with pytest.raises(RuntimeError, match=r"didn.t respond in 0\.5 seconds"):
         asyncio.run(_until_ready(kc, timeout=0.5))
     assert len(kc.sent) >= 2  # it kept asking until then
+
+
+def test_a_stuck_cell_is_killed_without_waiting_for_its_output_and_the_next_cell_keeps_all_of_its(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real kernel (on the host: the runner is what the worker runs in its sandbox) whose cell
+    ignores the interrupt.  nbclient waits for a cell's output once its reply is in; after a
+    timeout that wait is skipped (the probe is the interrupt's grace: it cost 4 s twice per stuck
+    kernel), and the next cell waits for its whole output again."""
+    waits: list[float] = []
+    real_wait_for = asyncio.wait_for
+
+    def recording_wait_for(task: Any, timeout: float | None) -> Any:
+        waits.append(timeout)
+        return real_wait_for(task, timeout)
+
+    monkeypatch.setattr(asyncio, "wait_for", recording_wait_for)  # nbclient's wait for a cell's output
+    runner = NotebookRunner(str(tmp_path), cell_timeout=2, output_cap=10**6, max_restarts=1)
+    _patch_reply_capture(runner)  # as the worker's main does
+    runner.start()
+    stuck_kernel = runner.kernel_pid()
+    try:
+        stuck = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(1000)"
+        after = "print('x' * 50_000)"
+        waits.clear()
+        runner.execute_notebook(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in (stuck, after)]))
+    finally:
+        runner.kill()
+    first, second = runner.records
+    assert first.status == "killed" and first.restarted, first
+    assert not Path(f"/proc/{stuck_kernel}").exists(), "the stuck kernel was left running beside the fresh one"
+    assert second.status == "ok" and second.output == "x" * 50_000 + "\n", second.status
+    # the stuck cell and its probe: no wait; the fresh kernel's warm-up and the next cell: IOPUB_TIMEOUT
+    assert waits[:2] == [0, 0], waits
+    assert 0 not in waits[2:] and waits.count(IOPUB_TIMEOUT) >= 2, waits
+    assert runner.client.iopub_timeout == IOPUB_TIMEOUT
