@@ -67,6 +67,15 @@ def test_fake_score_is_not_believed(graded: dict[str, Any]) -> None:
     assert record.score == 0 and record.max_score > 0
 
 
+def test_the_endless_loop_is_interrupted_at_the_timeout_it_was_graded_with(graded: dict[str, Any]) -> None:
+    """infinite_loop_after_defs.ipynb names a cell timeout of 10 s in expected.yaml: its last
+    cell is interrupted then (and the kernel goes on: its definitions earn their points)."""
+    record = graded["infinite_loop_after_defs.ipynb"]
+    loop = [c for c in record.cells if c.get("status") != "ok"]
+    assert [c["status"] for c in loop] == ["timeout"], harness.explain(record)
+    assert loop[0]["message"] == "interrupted after 10s", harness.explain(record)
+
+
 def test_disk_search_finds_nothing(graded: dict[str, Any]) -> None:
     """The notebook raises `FOUND: ...` if it sees hidden tests, solutions or grading.yaml."""
     record = graded["searches_disk_for_tests.ipynb"]
