@@ -17,6 +17,7 @@ plain subprocess in its own session, and :func:`isolation_warning` says what is 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import platform
@@ -493,8 +494,13 @@ class SandboxProcess:
 
     def kill(self) -> None:
         """End the sandbox and every process in it."""
-        if self.proc is None:
+        if self.proc is None:  # it never started (start() failed part-way): what it took, given back
             self._end_cgroup()
+            for fd in self._fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._fds = []
+            self._uid_lease.release()
             return
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)

@@ -40,6 +40,10 @@ from grader.wire import messages, protocol
 log = logging.getLogger(__name__)
 
 NOTEBOOK_NAME = "submission.ipynb"
+#: The worker's probe of a kernel after an interrupt (worker.PROBE_TIMEOUT, 5 s) and its kill.
+PROBE_ALLOWANCE = 10.0
+#: What a reply may take beyond the work it waits for (a loaded machine, a kernel's start).
+REPLY_MARGIN = 60.0
 
 
 @dataclass
@@ -425,13 +429,8 @@ class Session:
         assert self.worker is not None
         self._sent_timeout = request.timeout  # what a timeout message reports (never the sandbox's echo)
         try:
-            # the worker itself applies the timeout; allow it time to interrupt, probe and replay
             reply, out = self._round_trip(
-                self.worker,
-                request,
-                values,
-                self._remaining(request.timeout + 60.0 + self.limits.cell_timeout),
-                (answer, *messages.FAILURES),
+                self.worker, request, values, self._remaining(self._reply_within(request)), (answer, *messages.FAILURES)
             )
         except messages.MessageError:
             raise BadValue(malformed) from None
@@ -449,6 +448,15 @@ class Session:
         if reply.exec_map is not None:
             self.exec_map = dict(reply.exec_map)
         return reply, out
+
+    def _reply_within(self, request: messages.KernelRequest) -> float:
+        """Seconds to wait for the worker's reply to ``request``.  The worker applies the timeout
+        itself; a kernel stuck past it is probed, replaced and the notebook replayed before the
+        reply, and a replay takes about as long as the kernel's first start and the notebook's
+        run did (a notebook of slow cells: more than any fixed allowance)."""
+        replay = self.report.startup + self.report.duration if self.report is not None else 0.0
+        # a replayed cell may get stuck in turn: a cell timeout more, as before replays were counted
+        return request.timeout + PROBE_ALLOWANCE + self.limits.cell_timeout + replay + REPLY_MARGIN
 
     def take_student_text(self) -> list[str]:
         """Every piece of text the sandbox chose (error messages, unknown error class names) since

@@ -137,6 +137,7 @@ def _make_client(nb: Any, scratch: str, cell_timeout: float, output_cap: int) ->
         interrupt_on_timeout=True,
         error_on_timeout={"ename": "CellTimeoutError", "evalue": "timeout", "traceback": []},
         startup_timeout=120,
+        shutdown_kernel="immediate",  # a kernel that failed to start is killed, not asked to stop (5 s)
         iopub_timeout=IOPUB_TIMEOUT,
         shell_timeout_interval=1,
         record_timing=False,
@@ -253,18 +254,28 @@ class NotebookRunner:
         self.alive = False
 
     def restart_and_replay(self, skip: int | None = None) -> bool:
-        """Replace the kernel and re-run the cells that worked; False when out of restarts."""
+        """Replace the kernel and re-run the cells that worked; False when out of restarts.  A
+        replayed cell that leaves the fresh kernel stuck or dead is dropped, and the kernel is
+        replaced again (while restarts are left): the cells after it are replayed in one that answers."""
         self.kill()
+        self.reap_strays()  # what the old kernel started after the last reaping (no cell is run: not alive)
         if self.restarts >= self.max_restarts:
             return False
         self.restarts += 1
-        self.start()
+        try:
+            self.start()
+        except Exception:  # no fresh kernel (one that died starting, no process left to fork): say so
+            traceback.print_exc()
+            self.kill()
+            return False
         for i in list(self.ok_cells):
             if i == skip:
                 continue
             status, _ = self._run(self.cells[i], i)
             if status != "ok":
                 self.ok_cells.remove(i)
+                if status in ("stuck", "died"):
+                    return self.restart_and_replay(skip=skip)
         return True
 
     # -- execution
@@ -300,10 +311,17 @@ class NotebookRunner:
         if status == "died":
             return "died", reply
         # timed out and interrupted: is the kernel responsive again?
-        probe, _ = self._synthetic("pass", PROBE_TIMEOUT)
-        if probe == "ok":
+        if self._answers_after_interrupt():
             return "timeout", reply
         return "stuck", reply
+
+    def _answers_after_interrupt(self) -> bool:
+        """Whether the kernel answers a trivial cell within PROBE_TIMEOUT of an interrupt.  One
+        that does not is stuck: no cell is run in it any more (``alive`` is False) until it is replaced."""
+        probe, _ = self._synthetic("pass", PROBE_TIMEOUT)
+        if probe != "ok":
+            self.alive = False
+        return probe == "ok"
 
     def execute_notebook(
         self, nb: Any, *, skip: set[int] = frozenset(), on_cell: Callable[[int], None] | None = None
@@ -380,17 +398,15 @@ class NotebookRunner:
         cell = nbformat.v4.new_code_cell(code)
         cell.metadata["jaxgrade_timeout"] = timeout
         status, reply = self._exec(cell, -1, store_history=False)
-        self.reap_strays()
+        timed_out = status == "error" and reply.get("ename") == "CellTimeoutError"
+        stuck = timed_out and not self._answers_after_interrupt()
+        self.reap_strays()  # after the probe: a stuck kernel is not asked to reap its children
         if status == "ok" and os.path.exists(resp_path):
             return None
         if status == "died":
             return messages.Died(restarted=self.restart_and_replay())
-        if status == "error" and reply.get("ename") == "CellTimeoutError":
-            probe, _ = self._synthetic("pass", PROBE_TIMEOUT)
-            restarted = None
-            if probe != "ok":
-                restarted = self.restart_and_replay()
-            return messages.TimedOut(timeout=timeout, restarted=restarted)
+        if timed_out:
+            return messages.TimedOut(timeout=timeout, restarted=self.restart_and_replay() if stuck else None)
         why = f"the request failed in the kernel: {reply.get('ename')}: {reply.get('evalue')}"
         return messages.Dead(why=why[:2000])
 

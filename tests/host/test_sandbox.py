@@ -328,6 +328,32 @@ def test_choose_isolation_prefers_bwrap_when_it_works():
 
 
 @needs_bwrap
+@pytest.mark.skipif(not AS_ROOT, reason="sandboxes run as a leased uid only when the grader is root")
+def test_a_sandbox_that_fails_to_start_gives_back_its_uid_and_pipes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its uid is leased (and data pipes made) before the sandbox's cgroup is created; a cgroup
+    that cannot be made fails the start, and its kill() (Session.close) must give both back."""
+
+    def no_cgroup(*args: object, **kwargs: object) -> object:
+        raise OSError("no cgroup for this test")
+
+    monkeypatch.setattr(sandbox.cgroups, "host_hierarchy", lambda: (Path("/nonexistent"), ""))
+    monkeypatch.setattr(sandbox.cgroups.SandboxCgroup, "create", no_cgroup)
+    proc = sandbox.SandboxProcess("grader.sandboxed.worker", tmp_path, Limits(), "bwrap")
+    proc._data_fd(b"data the sandbox would read")
+    fds = list(proc._fds)
+    with pytest.raises(sandbox.SandboxSetupError, match="cgroup"):
+        proc.start()
+    assert proc._uid_lease._fd is not None  # leased, and held until the kill
+    proc.kill()
+    assert proc._uid_lease._fd is None and proc._fds == []
+    for fd in fds:
+        with pytest.raises(OSError):
+            os.fstat(fd)
+
+
+@needs_bwrap
 @pytest.mark.skipif(not AS_ROOT, reason="mounting a tmpfs needs root")
 def test_the_bwrap_probe_holds_while_other_mounts_come_and_go(tmp_path: Path) -> None:
     """Another grading process mounts and removes scratch tmpfs folders under $TMPDIR all the

@@ -9,6 +9,7 @@ made after every failure are still there to call, export and evaluate.
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from grader.host.sandbox import Limits
 from grader.host.session import (
     BadValue,
     CallTimedOut,
+    ExecutionReport,
     MissingName,
     Session,
     StudentRaised,
@@ -226,6 +228,19 @@ def test_hanging_call_times_out_and_the_session_keeps_answering(session):
     assert "fewer, larger calls" in info.value.hint
     assert time.monotonic() - t0 < 3.0 + 30
     assert session.call("add", 1, 2).value == 3
+
+
+def test_the_wait_for_a_reply_allows_a_replay_of_the_whole_notebook(notebook_text):
+    """A request that gets the kernel stuck is answered after the worker has replaced the kernel
+    and replayed the notebook: the trusted side waits as long as the notebook's first start and
+    run took on top of the request's timeout, so that a notebook of slow cells is not lost
+    (every later test failing) for one stuck call."""
+    s = Session(notebook_text("misbehaving.ipynb"), limits=Limits(cell_timeout=60), isolation="process")
+    request = SimpleNamespace(timeout=30.0)
+    before = s._reply_within(request)
+    assert before >= 30.0 + 60.0  # no notebook run yet: the request, a cell timeout and some slack
+    s.report = ExecutionReport(True, startup=2.0, duration=400.0)  # never started: only the wait is computed
+    assert s._reply_within(request) >= before + 402.0
 
 
 def test_object_with_always_true_eq_is_a_bad_value(session):

@@ -7,6 +7,8 @@ handling of a kernel stuck in a cell, with a real kernel."""
 from __future__ import annotations
 
 import asyncio
+import os
+import time
 from pathlib import Path
 from queue import Empty
 from typing import Any
@@ -121,3 +123,70 @@ def test_a_stuck_cell_is_killed_without_waiting_for_its_output_and_the_next_cell
     assert waits[:2] == [0, 0], waits
     assert 0 not in waits[2:] and waits.count(IOPUB_TIMEOUT) >= 2, waits
     assert runner.client.iopub_timeout == IOPUB_TIMEOUT
+
+
+def test_a_replay_that_gets_stuck_is_replayed_again_without_that_cell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cell 2 gets stuck and leaves a process behind; in the replay, cell 0 (fine the first time)
+    gets stuck too.  The stray is reaped without a cell sent to the stuck kernel, the fresh
+    kernel that got stuck is replaced again, and the cells after cell 0 are replayed in one that
+    answers: cell 3 still sees cell 1's definition."""
+    monkeypatch.setenv("JAXGRADE_SANDBOX", f"test-{os.getpid()}-{time.monotonic_ns()}")  # reap_strays' marker
+    synthetic: list[tuple[str, str]] = []
+    runner = NotebookRunner(str(tmp_path), cell_timeout=2, output_cap=10**6, max_restarts=3)
+    _patch_reply_capture(runner)
+    real_synthetic = runner._synthetic
+
+    def recording_synthetic(code: str, timeout: float) -> tuple[str, dict[str, Any]]:
+        status, reply = real_synthetic(code, timeout)
+        synthetic.append((code, status))
+        return status, reply
+
+    monkeypatch.setattr(runner, "_synthetic", recording_synthetic)
+    hang = "signal.signal(signal.SIGINT, signal.SIG_IGN)\n    time.sleep(1000)"
+    cells = [
+        f"import os, signal, subprocess, time\nif os.path.exists('replayed'):\n    {hang}\nopen('replayed', 'w').close()",
+        "x = 41",
+        f"subprocess.Popen(['sleep', '1000'], start_new_session=True)\nif True:\n    {hang}",  # out of reach of SIGINT
+        "print(x + 1)",
+    ]
+    runner.start()
+    try:
+        runner.execute_notebook(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]))
+    finally:
+        runner.kill()
+    statuses = [(r.index, r.status) for r in runner.records]
+    assert statuses == [(0, "ok"), (1, "ok"), (2, "killed"), (3, "ok")], statuses
+    assert runner.records[2].strays == 1 and runner.records[2].restarted, runner.records[2]
+    assert runner.records[3].output == "42\n", runner.records[3]
+    assert runner.restarts == 2 and runner.ok_cells == [1, 3], (runner.restarts, runner.ok_cells)
+    reaps = [status for code, status in synthetic if "reap_children" in code]
+    assert all(status == "ok" for status in reaps), f"a stuck kernel was asked to reap its children: {synthetic}"
+
+
+def test_a_kernel_that_cannot_be_started_again_ends_the_notebook_without_crashing_the_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cell 0 plants an IPython startup file that ends every kernel started after it (the
+    sandbox's IPYTHONDIR is in its scratch); cell 1 gets the kernel stuck.  Its replacement dies
+    starting: the cell is recorded as killed with no restart, the next is not run, and the runner
+    goes on to report (before, the start's error ended the worker)."""
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    startup = tmp_path / "ipython" / "profile_default" / "startup"
+    cells = [
+        f"import os, signal, time\nos.makedirs({str(startup)!r}, exist_ok=True)\n"
+        f"open(os.path.join({str(startup)!r}, '00-end.py'), 'w').write('import os; os._exit(3)')",
+        "signal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(1000)",
+        "x = 1",
+    ]
+    runner = NotebookRunner(str(tmp_path), cell_timeout=2, output_cap=10**6, max_restarts=2)
+    _patch_reply_capture(runner)
+    runner.start()
+    try:
+        runner.execute_notebook(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]))
+    finally:
+        runner.kill()
+    statuses = [(r.index, r.status, r.restarted) for r in runner.records]
+    assert statuses == [(0, "ok", None), (1, "killed", False), (2, "skipped", None)], statuses
+    assert not runner.alive
