@@ -455,8 +455,10 @@ class Session:
         reply, and a replay takes about as long as the kernel's first start and the notebook's
         run did (a notebook of slow cells: more than any fixed allowance)."""
         replay = self.report.startup + self.report.duration if self.report is not None else 0.0
-        # a replayed cell may get stuck in turn: a cell timeout more, as before replays were counted
-        return request.timeout + PROBE_ALLOWANCE + self.limits.cell_timeout + replay + REPLY_MARGIN
+        # a replayed cell may get the fresh kernel stuck in turn (a cell timeout, a probe and
+        # another replay), as often as restarts are allowed; the wall deadline caps it all
+        restart = PROBE_ALLOWANCE + self.limits.cell_timeout + replay
+        return request.timeout + restart * max(1, self.limits.max_restarts) + REPLY_MARGIN
 
     def take_student_text(self) -> list[str]:
         """Every piece of text the sandbox chose (error messages, unknown error class names) since

@@ -176,7 +176,10 @@ class NotebookRunner:
         self._bound_sends()
         self.alive = True
         self.exec_map = {}
-        self._synthetic(WARMUP, 120)
+        status, reply = self._synthetic(WARMUP, 120)
+        if not self.alive or reply.get("ename") == "CellTimeoutError":  # died or stuck importing JAX
+            self.alive = False
+            raise RuntimeError(f"the kernel {'died' if status == 'died' else 'got stuck'} importing JAX")
 
     def _bound_sends(self) -> None:
         """A send to the kernel gives up after SEND_TIMEOUT instead of blocking for ever: ZeroMQ
@@ -276,7 +279,7 @@ class NotebookRunner:
                 self.ok_cells.remove(i)
                 if status in ("stuck", "died"):
                     return self.restart_and_replay(skip=skip)
-        return True
+        return self.alive
 
     # -- execution
     def _synthetic(self, code: str, timeout: float) -> tuple[str, dict[str, Any]]:
@@ -342,7 +345,7 @@ class NotebookRunner:
             if on_cell is not None:
                 on_cell(i)
             rec: dict[str, Any] = {"index": i, "status": "ok"}
-            if not self.alive:
+            if not self.alive and not self.restart_and_replay():  # another try while restarts are left
                 rec["status"] = "skipped"
                 rec["message"] = "not run: the kernel could not be restarted"
                 self.records.append(_report(rec))

@@ -165,18 +165,35 @@ def test_a_replay_that_gets_stuck_is_replayed_again_without_that_cell(
     assert all(status == "ok" for status in reaps), f"a stuck kernel was asked to reap its children: {synthetic}"
 
 
+#: IPython startup files (the sandbox's IPYTHONDIR is in its scratch) that end every kernel
+#: started after them: before it answers, and once it answers but while it imports JAX
+ENDINGS = {
+    "at-start": "import os; os._exit(3)",
+    "importing-jax": (
+        "import os, sys\n"
+        "class EndAtJax:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'jax':\n"
+        "            os._exit(3)\n"
+        "sys.meta_path.insert(0, EndAtJax())\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("ending", sorted(ENDINGS))
 def test_a_kernel_that_cannot_be_started_again_ends_the_notebook_without_crashing_the_worker(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ending: str
 ) -> None:
-    """Cell 0 plants an IPython startup file that ends every kernel started after it (the
-    sandbox's IPYTHONDIR is in its scratch); cell 1 gets the kernel stuck.  Its replacement dies
-    starting: the cell is recorded as killed with no restart, the next is not run, and the runner
-    goes on to report (before, the start's error ended the worker)."""
+    """Cell 0 plants a startup file that ends every later kernel; cell 1 gets the kernel stuck.
+    Its replacement dies starting, and so does the one tried for the next cell: the stuck cell is
+    recorded as killed with no restart, the next is not run, and the runner goes on to report
+    (before, the start's error ended the worker, and a kernel that died importing JAX was taken
+    for a fresh one)."""
     monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
     startup = tmp_path / "ipython" / "profile_default" / "startup"
     cells = [
         f"import os, signal, time\nos.makedirs({str(startup)!r}, exist_ok=True)\n"
-        f"open(os.path.join({str(startup)!r}, '00-end.py'), 'w').write('import os; os._exit(3)')",
+        f"open(os.path.join({str(startup)!r}, '00-end.py'), 'w').write({ENDINGS[ending]!r})",
         "signal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(1000)",
         "x = 1",
     ]
@@ -189,4 +206,4 @@ def test_a_kernel_that_cannot_be_started_again_ends_the_notebook_without_crashin
         runner.kill()
     statuses = [(r.index, r.status, r.restarted) for r in runner.records]
     assert statuses == [(0, "ok", None), (1, "killed", False), (2, "skipped", None)], statuses
-    assert not runner.alive
+    assert runner.restarts == 2 and not runner.alive  # tried again for cell 2, while restarts were left
