@@ -207,3 +207,58 @@ def test_a_kernel_that_cannot_be_started_again_ends_the_notebook_without_crashin
     statuses = [(r.index, r.status, r.restarted) for r in runner.records]
     assert statuses == [(0, "ok", None), (1, "killed", False), (2, "skipped", None)], statuses
     assert runner.restarts == 2 and not runner.alive  # tried again for cell 2, while restarts were left
+
+
+def test_a_request_that_gets_the_kernel_stuck_is_probed_before_its_strays_are_reaped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call of the student's function that leaves a process and ignores the interrupt: the
+    worker probes the kernel first, so the reaping of that process runs no cell in the stuck
+    kernel (it waited 10 s on it before the restart), and the reply says the kernel was restarted."""
+    from grader.wire import messages, protocol
+
+    monkeypatch.setenv("JAXGRADE_SANDBOX", f"test-{os.getpid()}-{time.monotonic_ns()}")  # reap_strays' marker
+    synthetic: list[tuple[str, str]] = []
+    runner = NotebookRunner(str(tmp_path), cell_timeout=10, output_cap=10**6, max_restarts=2)
+    _patch_reply_capture(runner)
+    real_synthetic = runner._synthetic
+
+    def recording_synthetic(code: str, timeout: float) -> tuple[str, dict[str, Any]]:
+        status, reply = real_synthetic(code, timeout)
+        synthetic.append((code, status))
+        return status, reply
+
+    monkeypatch.setattr(runner, "_synthetic", recording_synthetic)
+    hang = (
+        "import signal, subprocess, time\n"
+        "def hang(x):\n"
+        "    subprocess.Popen(['sleep', '1000'], start_new_session=True)  # out of reach of SIGINT\n"
+        "    signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "    time.sleep(1000)\n"
+    )
+    request = messages.Call(1, 2.0, name="hang")
+    frag, payload = protocol.pack_values({"args": [1], "kwargs": {}})
+    req_path, resp_path = str(tmp_path / "req-1"), str(tmp_path / "resp-1")
+    fd = os.open(req_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        protocol.write_frame(fd, {**request.encode(), **frag}, payload)
+    finally:
+        os.close(fd)
+    runner.start()
+    try:
+        runner.execute_notebook(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(hang)]))
+        reply = runner.request(req_path, resp_path, 2.0)
+    finally:
+        runner.kill()
+    assert isinstance(reply, messages.TimedOut) and reply.restarted is True, reply
+    reaps = [status for code, status in synthetic if "reap_children" in code]
+    assert all(status == "ok" for status in reaps), f"a stuck kernel was asked to reap its children: {synthetic}"
+    marker = f"JAXGRADE_SANDBOX={os.environ['JAXGRADE_SANDBOX']}".encode()
+    left = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if marker in Path(f"/proc/{entry}/environ").read_bytes():
+                left.append(int(entry))
+        except OSError:
+            continue
+    assert left == [], f"processes of the stuck call were left running: {left}"
