@@ -40,8 +40,8 @@ from grader.wire import messages, protocol
 log = logging.getLogger(__name__)
 
 NOTEBOOK_NAME = "submission.ipynb"
-#: The worker's probe of a kernel after an interrupt (worker.PROBE_TIMEOUT, 5 s) and its kill.
-PROBE_ALLOWANCE = 10.0
+#: The worker's probe of a kernel after an interrupt, and its kill.
+PROBE_ALLOWANCE = messages.PROBE_TIMEOUT + 5.0
 #: What a reply may take beyond the work it waits for (a loaded machine, a kernel's start).
 REPLY_MARGIN = 60.0
 

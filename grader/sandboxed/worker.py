@@ -30,7 +30,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _CELL_LOC = re.compile(r"(?:Cell In\s*\[(\d+)\]|<ipython-input-(\d+)-[0-9a-f]+>),\s*(?:line|in)\s*(\d+)?")
 _CELL_LINE = re.compile(r"^-*>\s*(\d+)\s")
 
-PROBE_TIMEOUT = 5.0
+PROBE_TIMEOUT = messages.PROBE_TIMEOUT
 #: Seconds nbclient waits, once a cell's reply is in, for the rest of its output (IOPub).  Not
 #: after a timeout: the cell was interrupted, and the probe that follows (PROBE_TIMEOUT) is the
 #: interrupt's grace; waiting for the output of a kernel that may be stuck cost 4 s twice.

@@ -94,6 +94,9 @@ CELL_TIMEOUT = 60.0  # seconds a notebook cell may run
 CALL_TIMEOUT = 120.0  # seconds a request may run (a jitted, unrolled Python loop can take a while to compile)
 OUTPUT_CAP = 20_000  # characters of printed output kept per cell
 MAX_RESTARTS = 3  # kernel restarts (and fresh sandboxes) per submission
+#: Seconds the worker waits for a kernel to answer after an interrupt before it kills it; the
+#: trusted side allows for it in its wait for a reply (grader.host.session.Session._reply_within).
+PROBE_TIMEOUT = 5.0
 
 #: The caps on what a decoded message may hold (besides the frame's own caps).
 MAX_TEXT = MAX_STRING  # any string

@@ -16,7 +16,7 @@ from typing import Any
 import nbformat
 import pytest
 
-from grader.sandboxed.worker import IOPUB_TIMEOUT, NotebookRunner, _patch_reply_capture, _until_ready
+from grader.sandboxed.worker import IOPUB_TIMEOUT, NotebookRunner, _has_marker, _patch_reply_capture, _until_ready
 
 
 class StandInClient:
@@ -89,6 +89,44 @@ def test_a_kernel_that_never_gets_ready_is_given_up_at_the_deadline() -> None:
     assert len(kc.sent) >= 2  # it kept asking until then
 
 
+# --------------------------------------------------------------------------- a real kernel, stuck
+
+
+def _runner(tmp_path: Path, *, cell_timeout: float, max_restarts: int) -> NotebookRunner:
+    """A runner of a real kernel on the host, wired as the worker's main wires it."""
+    runner = NotebookRunner(str(tmp_path), cell_timeout=cell_timeout, output_cap=10**6, max_restarts=max_restarts)
+    _patch_reply_capture(runner)
+    return runner
+
+
+def _notebook(*sources: str) -> Any:
+    return nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in sources])
+
+
+def _reaped_by_marker(monkeypatch: pytest.MonkeyPatch) -> str:
+    """Give this test's kernels a marker of their own: on the host (no PID namespace) the runner
+    reaps only processes that carry it."""
+    marker = f"test-{os.getpid()}-{time.monotonic_ns()}"
+    monkeypatch.setenv("JAXGRADE_SANDBOX", marker)
+    return marker
+
+
+def _stuck_reaps(runner: NotebookRunner, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """Every cell the runner sends to reap its kernel's children that does not come back "ok"
+    (one sent to a stuck kernel times out), filled in as the runner goes."""
+    failed: list[tuple[str, str]] = []
+    real_synthetic = runner._synthetic
+
+    def recording_synthetic(code: str, timeout: float) -> tuple[str, dict[str, Any]]:
+        status, reply = real_synthetic(code, timeout)
+        if "reap_children" in code and status != "ok":
+            failed.append((code, status))
+        return status, reply
+
+    monkeypatch.setattr(runner, "_synthetic", recording_synthetic)
+    return failed
+
+
 def test_a_stuck_cell_is_killed_without_waiting_for_its_output_and_the_next_cell_keeps_all_of_its(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -104,15 +142,13 @@ def test_a_stuck_cell_is_killed_without_waiting_for_its_output_and_the_next_cell
         return real_wait_for(task, timeout)
 
     monkeypatch.setattr(asyncio, "wait_for", recording_wait_for)  # nbclient's wait for a cell's output
-    runner = NotebookRunner(str(tmp_path), cell_timeout=2, output_cap=10**6, max_restarts=1)
-    _patch_reply_capture(runner)  # as the worker's main does
+    runner = _runner(tmp_path, cell_timeout=2, max_restarts=1)
     runner.start()
     stuck_kernel = runner.kernel_pid()
     try:
         stuck = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(1000)"
-        after = "print('x' * 50_000)"
         waits.clear()
-        runner.execute_notebook(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in (stuck, after)]))
+        runner.execute_notebook(_notebook(stuck, "print('x' * 50_000)"))
     finally:
         runner.kill()
     first, second = runner.records
@@ -132,18 +168,9 @@ def test_a_replay_that_gets_stuck_is_replayed_again_without_that_cell(
     gets stuck too.  The stray is reaped without a cell sent to the stuck kernel, the fresh
     kernel that got stuck is replaced again, and the cells after cell 0 are replayed in one that
     answers: cell 3 still sees cell 1's definition."""
-    monkeypatch.setenv("JAXGRADE_SANDBOX", f"test-{os.getpid()}-{time.monotonic_ns()}")  # reap_strays' marker
-    synthetic: list[tuple[str, str]] = []
-    runner = NotebookRunner(str(tmp_path), cell_timeout=2, output_cap=10**6, max_restarts=3)
-    _patch_reply_capture(runner)
-    real_synthetic = runner._synthetic
-
-    def recording_synthetic(code: str, timeout: float) -> tuple[str, dict[str, Any]]:
-        status, reply = real_synthetic(code, timeout)
-        synthetic.append((code, status))
-        return status, reply
-
-    monkeypatch.setattr(runner, "_synthetic", recording_synthetic)
+    _reaped_by_marker(monkeypatch)
+    runner = _runner(tmp_path, cell_timeout=2, max_restarts=3)
+    stuck_reaps = _stuck_reaps(runner, monkeypatch)
     hang = "signal.signal(signal.SIGINT, signal.SIG_IGN)\n    time.sleep(1000)"
     cells = [
         f"import os, signal, subprocess, time\nif os.path.exists('replayed'):\n    {hang}\nopen('replayed', 'w').close()",
@@ -153,7 +180,7 @@ def test_a_replay_that_gets_stuck_is_replayed_again_without_that_cell(
     ]
     runner.start()
     try:
-        runner.execute_notebook(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]))
+        runner.execute_notebook(_notebook(*cells))
     finally:
         runner.kill()
     statuses = [(r.index, r.status) for r in runner.records]
@@ -161,8 +188,7 @@ def test_a_replay_that_gets_stuck_is_replayed_again_without_that_cell(
     assert runner.records[2].strays == 1 and runner.records[2].restarted, runner.records[2]
     assert runner.records[3].output == "42\n", runner.records[3]
     assert runner.restarts == 2 and runner.ok_cells == [1, 3], (runner.restarts, runner.ok_cells)
-    reaps = [status for code, status in synthetic if "reap_children" in code]
-    assert all(status == "ok" for status in reaps), f"a stuck kernel was asked to reap its children: {synthetic}"
+    assert stuck_reaps == [], "a stuck kernel was asked to reap its children"
 
 
 #: IPython startup files (the sandbox's IPYTHONDIR is in its scratch) that end every kernel
@@ -197,11 +223,10 @@ def test_a_kernel_that_cannot_be_started_again_ends_the_notebook_without_crashin
         "signal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(1000)",
         "x = 1",
     ]
-    runner = NotebookRunner(str(tmp_path), cell_timeout=2, output_cap=10**6, max_restarts=2)
-    _patch_reply_capture(runner)
+    runner = _runner(tmp_path, cell_timeout=2, max_restarts=2)
     runner.start()
     try:
-        runner.execute_notebook(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]))
+        runner.execute_notebook(_notebook(*cells))
     finally:
         runner.kill()
     statuses = [(r.index, r.status, r.restarted) for r in runner.records]
@@ -217,18 +242,9 @@ def test_a_request_that_gets_the_kernel_stuck_is_probed_before_its_strays_are_re
     kernel (it waited 10 s on it before the restart), and the reply says the kernel was restarted."""
     from grader.wire import messages, protocol
 
-    monkeypatch.setenv("JAXGRADE_SANDBOX", f"test-{os.getpid()}-{time.monotonic_ns()}")  # reap_strays' marker
-    synthetic: list[tuple[str, str]] = []
-    runner = NotebookRunner(str(tmp_path), cell_timeout=10, output_cap=10**6, max_restarts=2)
-    _patch_reply_capture(runner)
-    real_synthetic = runner._synthetic
-
-    def recording_synthetic(code: str, timeout: float) -> tuple[str, dict[str, Any]]:
-        status, reply = real_synthetic(code, timeout)
-        synthetic.append((code, status))
-        return status, reply
-
-    monkeypatch.setattr(runner, "_synthetic", recording_synthetic)
+    marker = _reaped_by_marker(monkeypatch)
+    runner = _runner(tmp_path, cell_timeout=10, max_restarts=2)
+    stuck_reaps = _stuck_reaps(runner, monkeypatch)
     hang = (
         "import signal, subprocess, time\n"
         "def hang(x):\n"
@@ -246,19 +262,11 @@ def test_a_request_that_gets_the_kernel_stuck_is_probed_before_its_strays_are_re
         os.close(fd)
     runner.start()
     try:
-        runner.execute_notebook(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(hang)]))
+        runner.execute_notebook(_notebook(hang))
         reply = runner.request(req_path, resp_path, 2.0)
     finally:
         runner.kill()
     assert isinstance(reply, messages.TimedOut) and reply.restarted is True, reply
-    reaps = [status for code, status in synthetic if "reap_children" in code]
-    assert all(status == "ok" for status in reaps), f"a stuck kernel was asked to reap its children: {synthetic}"
-    marker = f"JAXGRADE_SANDBOX={os.environ['JAXGRADE_SANDBOX']}".encode()
-    left = []
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if marker in Path(f"/proc/{entry}/environ").read_bytes():
-                left.append(int(entry))
-        except OSError:
-            continue
+    assert stuck_reaps == [], "a stuck kernel was asked to reap its children"
+    left = [int(e) for e in os.listdir("/proc") if e.isdigit() and _has_marker(int(e), marker)]
     assert left == [], f"processes of the stuck call were left running: {left}"
