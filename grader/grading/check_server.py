@@ -38,6 +38,7 @@ What it changes, and what it does not:
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import hashlib
 import io
 import json
@@ -511,16 +512,11 @@ def serve(
     """The server's life: take the lock, listen, start the first sandbox ahead, then answer
     checks one at a time until ``idle`` seconds pass without one (or SIGTERM/SIGHUP)."""
     global _SERVING
-    import fcntl
-
     from grader.grading.grade import _set_trusted_devices
 
     _set_trusted_devices(devices, fast_compile=True)  # before JAX starts in this process
-    lock_path = path.with_suffix(".lock")
-    lock = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    lock = _take_lock(path.with_suffix(".lock"))
+    if lock is None:
         return 0  # a server for this key is there already
     os.ftruncate(lock, 0)
     os.write(lock, f"{os.getpid()}\n".encode())
@@ -543,6 +539,20 @@ def serve(
         os.umask(old)
     listener.listen(16)
 
+    from grader import cli
+    from grader.course.config import load_course
+    from grader.host.cgroups import protect_trusted
+    from grader.host.sandbox import remove_own_scratch
+
+    protect_trusted()
+    # a signal wakes the idle wait below whichever thread the kernel gives it to: native threads
+    # (OpenBLAS's, started as numpy is imported) do not block SIGTERM, and Python runs a handler
+    # only in the main thread, which select() would otherwise leave asleep until the idle time is up
+    wake, woken = socket.socketpair()
+    for end in (wake, woken):
+        end.setblocking(False)
+    signal.set_wakeup_fd(woken.fileno(), warn_on_full_buffer=False)
+
     state = _Serving(devices, course)
 
     def stop(signum: int, frame: Any) -> None:
@@ -553,16 +563,10 @@ def serve(
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, stop)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: what it is doing, in its log
     # SIGINT is how a check is interrupted when its client goes away (_run_check's watcher); the
     # server is in a session of its own, so the terminal's Ctrl-C never reaches it
     signal.signal(signal.SIGINT, signal.default_int_handler)
-
-    from grader import cli
-    from grader.course.config import load_course
-    from grader.host.cgroups import protect_trusted
-    from grader.host.sandbox import remove_own_scratch
-
-    protect_trusted()
     _SERVING = state
     try:
         try:
@@ -582,8 +586,11 @@ def serve(
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            ready, _, _ = select.select([listener], [], [], left)
-            if not ready:
+            ready, _, _ = select.select([listener, wake], [], [], left)
+            if wake in ready:  # a signal: its handler runs now (SIGTERM: SystemExit)
+                with contextlib.suppress(OSError):
+                    wake.recv(4096)
+            if listener not in ready:
                 continue
             try:
                 conn, _ = listener.accept()
@@ -605,8 +612,36 @@ def serve(
         remove_own_scratch()
         _remove_own_files(lock, path)
         listener.close()
+        signal.set_wakeup_fd(-1)
+        wake.close()
+        woken.close()
         os.close(lock)
     return 0
+
+
+def _take_lock(lock_path: Path) -> int | None:
+    """A descriptor that holds the lock of the file at ``lock_path`` (the server's place), or
+    None while another server holds it.  The server before this one removes its lock file as it
+    exits: a lock taken on a file that is no longer there would leave this server unseen (the
+    pid it writes goes nowhere) and the place free for another, so it is taken again on the
+    file there now."""
+    import fcntl
+
+    for _ in range(20):
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return None
+        try:
+            mine, there = os.fstat(fd), os.stat(lock_path, follow_symlinks=False)
+            if (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino):
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    return None
 
 
 def _remove_own_files(lock: int, path: Path) -> None:

@@ -5,6 +5,7 @@ each with its own run folder, and stop every server they leave."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -60,10 +61,28 @@ def _described(pids: list[int]) -> str:
         try:
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            status = Path(f"/proc/{pid}/status").read_text().splitlines()
+            signals = " ".join(
+                line.replace("\t", "") for line in status if line.startswith(("Sig", "ShdPnd", "Threads"))
+            )
         except OSError:
-            state, cmd = "gone", ""
-        out.append(f"{pid} [{state}] {cmd[:300]}")
+            state, cmd, signals = "gone", "", ""
+        out.append(f"{pid} [{state}] {signals} {cmd[:300]}")
     return "; ".join(out) or "nothing"
+
+
+def _still_there(cache: Path, tag: str) -> str:
+    """What a failure to stop left: each process (:func:`_described`), and each server's log
+    after it was asked for its threads' stacks (SIGUSR1)."""
+    left = _left(cache, tag)
+    for pid in procs_with(tag):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGUSR1)
+    time.sleep(1)
+    logs = "".join(
+        f"\n--- {p.name}:\n{p.read_text(errors='replace')[-6000:]}" for p in (cache / "run").glob("check-*.log")
+    )
+    return f"left: {_described(left)}{logs}"
 
 
 def _server_pid(run: Path) -> int | None:
@@ -178,7 +197,9 @@ def test_a_check_leaves_a_server_and_the_next_check_uses_its_sandbox(setup, tmp_
     pid = _server_pid(run)
     assert pid is not None
     os.kill(pid, signal.SIGTERM)
-    _wait(lambda: not list(run.glob("check-*.sock")), 30, "the server did not stop")
+    _wait(
+        lambda: not list(run.glob("check-*.sock")), 30, lambda: f"the server did not stop; {_still_there(cache, tag)}"
+    )
     _wait(
         lambda: not _left(cache, tag) and not _scratch(cache),
         30,
@@ -245,7 +266,7 @@ def test_another_user_gets_no_answer(setup, tmp_path: Path) -> None:  # type: ig
     second = _check(course, nb, env, "--json")  # the server is still there for its user
     assert second.returncode == 0 and "a checker stays ready" not in second.stderr, second.stderr
     _stop_server(run)
-    _wait(lambda: not _left(cache, tag), 30, lambda: f"the server did not stop; left: {_described(_left(cache, tag))}")
+    _wait(lambda: not _left(cache, tag), 30, lambda: f"the server did not stop; {_still_there(cache, tag)}")
 
 
 def test_a_silent_peer_does_not_hold_the_server_and_ctrl_c_stops_a_served_check(setup, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -305,10 +326,65 @@ def test_a_server_serves_one_course(setup, tmp_path: Path) -> None:  # type: ign
     assert done.returncode == 0 and "a checker stays ready" in done.stderr  # checked on its own, left a server
     _wait(lambda: _server_pid(run) not in (first, None), 60, "the first server did not make way")
     _stop_server(run)
-    _wait(lambda: not _left(cache, tag), 30, lambda: f"the server did not stop; left: {_described(_left(cache, tag))}")
+    _wait(lambda: not _left(cache, tag), 30, lambda: f"the server did not stop; {_still_there(cache, tag)}")
+
+
+def test_a_sigterm_that_another_thread_takes_stops_an_idle_server(setup, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The kernel may hand a SIGTERM to any thread that does not block it, and native threads
+    (OpenBLAS's, started as numpy is imported) do not.  Python runs the handler only in the main thread, asleep in select(): the
+    server must wake for it (its wakeup descriptor), not sleep on until its idle time is up
+    (120 s here; before the fix it stopped only then)."""
+    import ctypes
+
+    course, cache, tag = setup
+    _, _, run = _first_check(course, cache, tag, tmp_path)
+    _wait(lambda: _scratch(cache) == ["eval", "sub"], 60, "no sandbox was started ahead")
+    pid = _server_pid(run)
+    assert pid is not None
+    time.sleep(1)  # idle, in select()
+    others = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid)
+    if not others:
+        pytest.skip("this server has no thread besides its main one: the kernel can only give it the signal")
+    libc = ctypes.CDLL(None, use_errno=True)
+    sys_tgkill = {"x86_64": 234, "aarch64": 131}.get(os.uname().machine)
+    if sys_tgkill is None:
+        pytest.skip(f"tgkill's number on {os.uname().machine} is not known here")
+    assert libc.syscall(sys_tgkill, pid, others[0], signal.SIGTERM) == 0, ctypes.get_errno()
+    _wait(lambda: not _left(cache, tag), 20, lambda: f"the server did not stop; {_still_there(cache, tag)}")
+    assert not list(run.glob("check-*.sock")) and not list(run.glob("check-*.lock"))
 
 
 # --------------------------------------------------------------------------- units
+
+
+def test_the_lock_is_taken_on_the_file_that_is_there(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server before this one removes its lock file as it exits; a lock taken meanwhile on
+    the removed file would hide this server (its pid written nowhere) and let a third one in."""
+    import fcntl
+
+    lock_path = tmp_path / "check-x.lock"
+    flock = fcntl.flock
+    removed = []
+
+    def racing_flock(fd: int, op: int) -> None:
+        if not removed:  # the server before: its file is unlinked just after this one opened it
+            removed.append(os.fstat(fd).st_ino)
+            lock_path.unlink()
+        flock(fd, op)
+
+    monkeypatch.setattr(fcntl, "flock", racing_flock)
+    fd = check_server._take_lock(lock_path)
+    assert fd is not None and removed
+    try:
+        mine = os.fstat(fd)  # the file at lock_path (the removed one's inode number may be reused)
+        assert mine.st_nlink == 1 and mine.st_ino == lock_path.stat().st_ino
+        monkeypatch.setattr(fcntl, "flock", flock)
+        assert check_server._take_lock(lock_path) is None  # held: another server keeps its place
+    finally:
+        os.close(fd)
+    again = check_server._take_lock(lock_path)  # released: the next one takes it
+    assert again is not None
+    os.close(again)
 
 
 def test_only_a_plain_check_is_handed_over(monkeypatch: pytest.MonkeyPatch) -> None:
