@@ -338,8 +338,7 @@ class _Serving:
         self.ahead: Any = None  # a Session started with no notebook (grade.ready_ahead says whether it fits)
         self.next: tuple[Any, Path, str] | None = None  # (assignment, notebook, isolation) to start ahead for
         self.retire = False  # declined a check (another course, another device count): make way
-        self.busy = False  # a check is running
-        self.stopping = False  # SIGTERM/SIGHUP came during a check: stop after it
+        self.stopping = False  # SIGTERM/SIGHUP came: stop where the server loop looks (after a running check)
 
 
 _SERVING: _Serving | None = None
@@ -387,19 +386,19 @@ def _same_user(conn: socket.socket) -> bool:
 REQUEST_TIMEOUT = 10.0
 
 
-def _handle(conn: socket.socket, state: _Serving | None = None) -> None:
+def _handle(conn: socket.socket) -> None:
     """Answer one connection: a plain check is run as the command would run it, with its output
     captured; anything else is declined.  A client that goes away (Ctrl-C) stops its check."""
     from grader import cli
 
     try:
-        return _answer(cli, conn, state)
+        return _answer(cli, conn)
     finally:
         with contextlib.suppress(OSError):
             os.chdir("/")  # not the student's folder between checks
 
 
-def _answer(cli: Any, conn: socket.socket, state: _Serving | None) -> None:
+def _answer(cli: Any, conn: socket.socket) -> None:
     try:
         request = _recv(conn, time.monotonic() + REQUEST_TIMEOUT)
         conn.settimeout(None)
@@ -424,7 +423,7 @@ def _answer(cli: Any, conn: socket.socket, state: _Serving | None) -> None:
             elif args.func is not cli.cmd_check or args.watch or args.no_server:
                 reply = {"decline": "not a plain check"}
             else:
-                reply = {"code": _run_check(cli, argv, args, conn, out, err, state)}
+                reply = {"code": _run_check(cli, argv, args, conn, out, err)}
     except Declined as exc:
         reply = {"decline": str(exc)}
     except Exception:  # a bug of ours: the command checks on its own and shows it; the server goes on
@@ -439,7 +438,7 @@ def _answer(cli: Any, conn: socket.socket, state: _Serving | None) -> None:
         _send(conn, reply)
 
 
-def _run_check(cli: Any, argv: list[str], args: Any, conn: socket.socket, out: TextIO, err: TextIO, state: Any) -> int:
+def _run_check(cli: Any, argv: list[str], args: Any, conn: socket.socket, out: TextIO, err: TextIO) -> int:
     """``cli.main(argv)``, with this check's own log handler, while a thread watches the
     client: if it goes away (the student pressed Ctrl-C), the check is interrupted as a Ctrl-C
     interrupts a check in its own process (the sandbox is closed, nothing is kept)."""
@@ -468,8 +467,6 @@ def _run_check(cli: Any, argv: list[str], args: Any, conn: socket.socket, out: T
                 return
 
     watcher = threading.Thread(target=watch, name="check-server-client", daemon=True)
-    if state is not None:
-        state.busy = True
     watcher.start()
     try:
         try:
@@ -480,8 +477,6 @@ def _run_check(cli: Any, argv: list[str], args: Any, conn: socket.socket, out: T
     except KeyboardInterrupt:  # the watcher's, come just as cli.main was returning
         return 130
     finally:
-        if state is not None:
-            state.busy = False
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
         watcher.join()
@@ -491,19 +486,16 @@ def _start_ahead(state: _Serving) -> None:
     """Start the sandbox for the next check of the notebook last checked."""
     from grader.grading.grade import prestart
 
-    if state.next is None or state.ahead is not None:
+    if state.stopping or state.next is None or state.ahead is not None:
         return
     assignment, notebook, isolation = state.next
-    # busy: a SIGTERM now stops the server once the sandbox is started (and so closed), never
-    # halfway through starting it (a session nobody holds, whose threads would keep it alive)
-    state.busy = True
+    # a SIGTERM now stops the server once the sandbox is started (and so closed), never halfway
+    # through starting it (the handler only notes it: state.stopping)
     try:
         state.ahead = prestart(assignment, notebook, isolation)
     except Exception as exc:  # the next check starts its own sandbox, and says why if it cannot
         print(f"check server: could not start a sandbox ahead: {exc}", file=sys.stderr, flush=True)
         state.ahead = None
-    finally:
-        state.busy = False
 
 
 def serve(
@@ -547,7 +539,8 @@ def serve(
     protect_trusted()
     # a signal wakes the idle wait below whichever thread the kernel gives it to: native threads
     # (OpenBLAS's, started as numpy is imported) do not block SIGTERM, and Python runs a handler
-    # only in the main thread, which select() would otherwise leave asleep until the idle time is up
+    # only in the main thread, which select() would otherwise leave asleep until the idle time is
+    # up; the byte also stays there for a signal that comes just before the wait
     wake, woken = socket.socketpair()
     for end in (wake, woken):
         end.setblocking(False)
@@ -556,10 +549,11 @@ def serve(
     state = _Serving(devices, course)
 
     def stop(signum: int, frame: Any) -> None:
-        if state.busy:  # pytest would take the exception for the running test's: stop after it
-            state.stopping = True
-        else:
-            raise SystemExit(0)
+        # only noted, never raised from here: a handler runs between any two bytecodes, also
+        # inside a garbage collector's callback (JAX has one), which swallows an exception (the
+        # server went on, asleep, with its sandboxes), or in a running check, where pytest would
+        # take it for the test's.  The wakeup descriptor ends the wait; the loop stops there.
+        state.stopping = True
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, stop)
@@ -575,28 +569,28 @@ def serve(
             _start_ahead(state)
         except Exception as exc:
             print(f"check server: nothing started ahead: {exc}", file=sys.stderr, flush=True)
-        if state.stopping:  # a SIGTERM while the first sandbox started
+        if state.stopping:  # a SIGTERM while it started
             return 0
         import jax.numpy  # noqa: F401 - the checks' trusted side, warm before the first one
         import pytest  # noqa: F401
 
         cli.build_parser()
         deadline = time.monotonic() + idle
-        while True:
+        while not state.stopping:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
             ready, _, _ = select.select([listener, wake], [], [], left)
-            if wake in ready:  # a signal: its handler runs now (SIGTERM: SystemExit)
+            if wake in ready:  # a signal (its handler has run: SIGTERM set state.stopping)
                 with contextlib.suppress(OSError):
                     wake.recv(4096)
-            if listener not in ready:
+            if listener not in ready or state.stopping:
                 continue
             try:
                 conn, _ = listener.accept()
                 with conn:
                     if _same_user(conn):
-                        _handle(conn, state)
+                        _handle(conn)
             except KeyboardInterrupt:  # an interruption that came as its check ended: nothing to stop
                 pass
             if state.retire or state.stopping:

@@ -354,6 +354,45 @@ def test_a_sigterm_that_another_thread_takes_stops_an_idle_server(setup, tmp_pat
     assert not list(run.glob("check-*.sock")) and not list(run.glob("check-*.lock"))
 
 
+def test_a_sigterm_handled_inside_a_garbage_collector_callback_stops_the_server(setup, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Python runs a signal's handler between any two bytecodes, also inside a garbage
+    collector's callback (JAX registers one), and an exception raised there is printed and
+    swallowed: a handler that raised SystemExit left the server running, asleep with its
+    sandboxes, until its idle time was up (the suite's flake of sessions 9 to 12; its log said
+    "Exception ignored in: <function _xla_gc_callback ...> SystemExit").  The server here gets
+    its SIGTERM inside such a callback, between checks."""
+    course, cache, tag = setup
+    nb = tmp_path / "hw.ipynb"
+    nb.write_text(notebook("full"), encoding="utf-8")
+    run = cache / "run"
+    run.mkdir(mode=0o700)
+    script = (
+        "import gc, os, signal, sys, threading\n"
+        "from grader.grading import check_server\n"
+        "sent = []\n"
+        "def callback(phase, info):\n"
+        "    if sent or phase != 'start' or check_server._SERVING is None:\n"
+        "        return\n"
+        "    if threading.current_thread() is threading.main_thread():\n"
+        "        sent.append(1)\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        for _ in range(100):  # the handler runs here, in the callback\n"
+        "            pass\n"
+        "gc.callbacks.append(callback)\n"
+        "sys.exit(check_server.main(sys.argv[1:]))\n"
+    )
+    args = ["--socket", str(run / "check-gc.sock"), "--course", str(course), "--assignment", "double"]
+    args += ["--notebook", str(nb), "--idle", "120"]
+    server = subprocess.Popen([sys.executable, "-c", script, *args], env=_env(cache, tag), stderr=subprocess.PIPE)
+    try:
+        _, err = server.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the server did not stop; {_still_there(cache, tag)}")
+    assert server.returncode == 0, err.decode(errors="replace")[-3000:]
+    _wait(lambda: not _left(cache, tag), 20, lambda: f"left: {_still_there(cache, tag)}")
+    assert not list(run.glob("check-gc.*"))
+
+
 # --------------------------------------------------------------------------- units
 
 
