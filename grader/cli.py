@@ -200,10 +200,20 @@ def _watch(args: argparse.Namespace, assignment: Assignment, path: Path, out: Te
 
     from grader.grading.grade import _set_trusted_devices, grade_one, prestart, ready_ahead
 
-    def stop(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt  # a closed terminal or a kill: clean up as for Ctrl-C
+    stopping: list[int] = []
 
-    before = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    def stop(signum: int, frame: Any) -> None:
+        # Ctrl-C, a closed terminal or a kill: clean up as for Ctrl-C.  Noted too, since a handler
+        # may run inside a garbage collector's callback (JAX has one), which drops what it raises:
+        # the loop below then stops at its next look (after a check that is running)
+        stopping.append(signum)
+        raise KeyboardInterrupt
+
+    def stopped() -> None:
+        if stopping:
+            raise KeyboardInterrupt
+
+    before = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
 
     def fingerprint() -> tuple[int, ...] | None:
         try:
@@ -234,6 +244,7 @@ def _watch(args: argparse.Namespace, assignment: Assignment, path: Path, out: Te
     print(f"jaxgrade check --watch: checking {path} each time it is saved; Ctrl-C to stop", file=err)
     try:
         while True:
+            stopped()
             seen = fingerprint()
             data = settled()
             digest = hashlib.sha256(data).hexdigest() if data is not None else None
@@ -258,6 +269,7 @@ def _watch(args: argparse.Namespace, assignment: Assignment, path: Path, out: Te
                 out.flush()
                 ahead = prestart(assignment, path, args.isolation)  # for the next save
             while fingerprint() == seen:
+                stopped()
                 time.sleep(WATCH_POLL)
     except KeyboardInterrupt:
         print("jaxgrade check --watch: stopped", file=err)

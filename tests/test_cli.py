@@ -278,6 +278,59 @@ def test_check_watch_checks_each_saved_version_with_a_sandbox_started_ahead(tmp_
     assert procs_with(tag) == [] and sandboxes() == []  # the sandbox started ahead went with it
 
 
+def test_check_watch_stops_on_a_sigterm_handled_inside_a_garbage_collector_callback(tmp_path: Path) -> None:
+    """A signal's handler may run inside a garbage collector's callback (JAX registers one),
+    which drops the exception it raises: the watch must stop all the same (after the check that
+    is running), not watch on with its sandbox."""
+    import subprocess
+    import sys
+    import time
+    import uuid
+
+    from tests.minicourse import make_minicourse, notebook, procs_with
+
+    course = make_minicourse(tmp_path / "course")
+    nb = tmp_path / "hw.ipynb"
+    nb.write_text(notebook("full"), encoding="utf-8")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    tag = uuid.uuid4().hex
+    script = (
+        "import gc, os, signal, sys, threading\n"
+        "from grader.cli import main\n"
+        "sent = []\n"
+        "def callback(phase, info):\n"
+        "    if sent or phase != 'start' or threading.current_thread() is not threading.main_thread():\n"
+        "        return\n"
+        "    if getattr(signal.getsignal(signal.SIGTERM), '__name__', '') == 'stop':  # the watch's handler\n"
+        "        sent.append(1)\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        for _ in range(100):  # the handler runs here, in the callback\n"
+        "            pass\n"
+        "gc.callbacks.append(callback)\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    args = ["--course", str(course), "check", "--assignment", "double", "--watch", "--json", str(nb)]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "JAXGRADE_TEST_TAG": tag, "TMPDIR": str(scratch)},
+    )
+    try:
+        _, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        pytest.fail(f"--watch did not stop on its SIGTERM; stderr: {err[-2000:]}")
+    assert proc.returncode == 0 and "stopped" in err, err[-2000:]
+    deadline = time.monotonic() + 20
+    while (procs_with(tag) or any(scratch.iterdir())) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert procs_with(tag) == [] and list(scratch.iterdir()) == []
+
+
 def test_a_sandbox_started_ahead_is_used_only_as_it_would_be_started_now_and_while_alive() -> None:
     """grade.ready_ahead (`check --watch`, the check server): the same limits, sandbox
     environment (the device count), hidden folders (another notebook folder is not hidden by a
