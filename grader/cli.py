@@ -213,7 +213,12 @@ def _watch(args: argparse.Namespace, assignment: Assignment, path: Path, out: Te
         if stopping:
             raise KeyboardInterrupt
 
-    before = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    # SIGINT only where it is Python's Ctrl-C: a watch started with it ignored (a background job
+    # of a shell that is not interactive) keeps ignoring the Ctrl-C meant for the foreground
+    ours = [signal.SIGTERM, signal.SIGHUP]
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        ours.append(signal.SIGINT)
+    before = {sig: signal.signal(sig, stop) for sig in ours}
 
     def fingerprint() -> tuple[int, ...] | None:
         try:
@@ -267,6 +272,7 @@ def _watch(args: argparse.Namespace, assignment: Assignment, path: Path, out: Te
                     render_check(rec, out)
                     print(f"— checked in {time.monotonic() - t0:.1f}s; watching {path} (Ctrl-C to stop)\n", file=out)
                 out.flush()
+                stopped()  # not a sandbox started for a watch that is over
                 ahead = prestart(assignment, path, args.isolation)  # for the next save
             while fingerprint() == seen:
                 stopped()

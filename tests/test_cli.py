@@ -319,16 +319,20 @@ def test_check_watch_stops_on_a_sigterm_handled_inside_a_garbage_collector_callb
         env={**os.environ, "JAXGRADE_TEST_TAG": tag, "TMPDIR": str(scratch)},
     )
     try:
-        _, err = proc.communicate(timeout=120)
+        _, err = proc.communicate(timeout=240)
     except subprocess.TimeoutExpired:
         proc.kill()
         _, err = proc.communicate()
         pytest.fail(f"--watch did not stop on its SIGTERM; stderr: {err[-2000:]}")
     assert proc.returncode == 0 and "stopped" in err, err[-2000:]
+
+    def sandboxes() -> list[str]:
+        return [p.name for p in scratch.iterdir() if p.name.startswith("jaxgrade-")]
+
     deadline = time.monotonic() + 20
-    while (procs_with(tag) or any(scratch.iterdir())) and time.monotonic() < deadline:
+    while (procs_with(tag) or sandboxes()) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert procs_with(tag) == [] and list(scratch.iterdir()) == []
+    assert procs_with(tag) == [] and sandboxes() == []
 
 
 def test_a_sandbox_started_ahead_is_used_only_as_it_would_be_started_now_and_while_alive() -> None:

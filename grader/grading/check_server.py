@@ -410,6 +410,10 @@ def _answer(cli: Any, conn: socket.socket) -> None:
         with contextlib.suppress(OSError):
             _send(conn, {"decline": f"cannot take this request: {exc}"})
         return
+    if _SERVING is not None and _SERVING.stopping:  # a SIGTERM came while the request did: no check begun
+        with contextlib.suppress(OSError):
+            _send(conn, {"decline": "the check server is stopping"})
+        return
     out, err = io.StringIO(), io.StringIO()
     reply: dict[str, Any]
     try:
@@ -504,48 +508,13 @@ def serve(
     """The server's life: take the lock, listen, start the first sandbox ahead, then answer
     checks one at a time until ``idle`` seconds pass without one (or SIGTERM/SIGHUP)."""
     global _SERVING
-    from grader.grading.grade import _set_trusted_devices
-
-    _set_trusted_devices(devices, fast_compile=True)  # before JAX starts in this process
-    lock = _take_lock(path.with_suffix(".lock"))
-    if lock is None:
-        return 0  # a server for this key is there already
-    os.ftruncate(lock, 0)
-    os.write(lock, f"{os.getpid()}\n".encode())
-    with contextlib.suppress(OSError):  # the log (stderr) is this server's from now on
-        os.ftruncate(2, 0)
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)
-    try:
-        with _address(path) as address:
-            listener.bind(address)
-    except OSError as exc:  # no server, then: every check runs in its own process, as before
-        print(f"jaxgrade check server: cannot listen at {path}: {exc}", file=sys.stderr)
-        _remove_own_files(lock, path)
-        listener.close()
-        os.close(lock)
-        return 1
-    finally:
-        os.umask(old)
-    listener.listen(16)
-
     from grader import cli
     from grader.course.config import load_course
+    from grader.grading.grade import _set_trusted_devices
     from grader.host.cgroups import protect_trusted
     from grader.host.sandbox import remove_own_scratch
 
-    protect_trusted()
-    # a signal wakes the idle wait below whichever thread the kernel gives it to: native threads
-    # (OpenBLAS's, started as numpy is imported) do not block SIGTERM, and Python runs a handler
-    # only in the main thread, which select() would otherwise leave asleep until the idle time is
-    # up; the byte also stays there for a signal that comes just before the wait
-    wake, woken = socket.socketpair()
-    for end in (wake, woken):
-        end.setblocking(False)
-    signal.set_wakeup_fd(woken.fileno(), warn_on_full_buffer=False)
-
+    _set_trusted_devices(devices, fast_compile=True)  # before JAX starts in this process
     state = _Serving(devices, course)
 
     def stop(signum: int, frame: Any) -> None:
@@ -555,18 +524,50 @@ def serve(
         # take it for the test's.  The wakeup descriptor ends the wait; the loop stops there.
         state.stopping = True
 
+    # a signal wakes the idle wait below whichever thread the kernel gives it to: native threads
+    # (OpenBLAS's, started as numpy is imported) do not block SIGTERM, and Python runs a handler
+    # only in the main thread, which select() would otherwise leave asleep until the idle time is
+    # up; the byte also stays there for a signal that comes just before the wait
+    wake, woken = socket.socketpair()
+    for end in (wake, woken):
+        end.setblocking(False)
+    wakeup_before = signal.set_wakeup_fd(woken.fileno(), warn_on_full_buffer=False)
+    # before the pid is written where a kill finds it: a SIGTERM is only ever noted, and the
+    # finally clause below cleans up whatever was started
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, stop)
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: what it is doing, in its log
     # SIGINT is how a check is interrupted when its client goes away (_run_check's watcher); the
     # server is in a session of its own, so the terminal's Ctrl-C never reaches it
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    _SERVING = state
+    lock = _take_lock(path.with_suffix(".lock"))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
+        if lock is None:
+            return 0  # a server for this key is there already
+        os.ftruncate(lock, 0)
+        os.write(lock, f"{os.getpid()}\n".encode())
+        with contextlib.suppress(OSError):  # the log (stderr) is this server's from now on
+            os.ftruncate(2, 0)
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        old = os.umask(0o177)
         try:
-            first = load_course(course).assignment(assignment, staff=False)
-            state.next = (first, notebook, isolation)
-            _start_ahead(state)
+            with _address(path) as address:
+                listener.bind(address)
+        except OSError as exc:  # no server, then: every check runs in its own process, as before
+            print(f"jaxgrade check server: cannot listen at {path}: {exc}", file=sys.stderr)
+            return 1
+        finally:
+            os.umask(old)
+        listener.listen(16)
+        protect_trusted()
+        _SERVING = state
+        try:
+            if not state.stopping:
+                first = load_course(course).assignment(assignment, staff=False)
+                state.next = (first, notebook, isolation)
+                _start_ahead(state)
         except Exception as exc:
             print(f"check server: nothing started ahead: {exc}", file=sys.stderr, flush=True)
         if state.stopping:  # a SIGTERM while it started
@@ -580,6 +581,9 @@ def serve(
             left = deadline - time.monotonic()
             if left <= 0:
                 break
+            # again before each wait: code that ran in a check (a course's test code, say) may
+            # have set a wakeup descriptor of its own, or none
+            signal.set_wakeup_fd(woken.fileno(), warn_on_full_buffer=False)
             ready, _, _ = select.select([listener, wake], [], [], left)
             if wake in ready:  # a signal (its handler has run: SIGTERM set state.stopping)
                 with contextlib.suppress(OSError):
@@ -604,12 +608,14 @@ def serve(
         if state.ahead is not None:
             state.ahead.close()
         remove_own_scratch()
-        _remove_own_files(lock, path)
+        if lock is not None:
+            _remove_own_files(lock, path)
         listener.close()
-        signal.set_wakeup_fd(-1)
+        signal.set_wakeup_fd(wakeup_before)
         wake.close()
         woken.close()
-        os.close(lock)
+        if lock is not None:
+            os.close(lock)
     return 0
 
 

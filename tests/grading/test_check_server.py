@@ -77,7 +77,8 @@ def _still_there(cache: Path, tag: str) -> str:
     left = _left(cache, tag)
     for pid in procs_with(tag):
         with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGUSR1)
+            if b"check_server" in Path(f"/proc/{pid}/cmdline").read_bytes():  # SIGUSR1 ends any other
+                os.kill(pid, signal.SIGUSR1)
     time.sleep(1)
     logs = "".join(
         f"\n--- {p.name}:\n{p.read_text(errors='replace')[-6000:]}" for p in (cache / "run").glob("check-*.log")
@@ -341,16 +342,28 @@ def test_a_sigterm_that_another_thread_takes_stops_an_idle_server(setup, tmp_pat
     _wait(lambda: _scratch(cache) == ["eval", "sub"], 60, "no sandbox was started ahead")
     pid = _server_pid(run)
     assert pid is not None
-    time.sleep(1)  # idle, in select()
-    others = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid)
+
+    def waiting() -> bool:  # idle in select(), where only the wakeup descriptor wakes it
+        with contextlib.suppress(OSError):
+            return any(w in Path(f"/proc/{pid}/task/{pid}/wchan").read_text() for w in ("select", "poll"))
+        return False
+
+    _wait(waiting, 60, "the server never waited in select()")
+
+    def takes_sigterm(tid: int) -> bool:
+        status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+        blocked = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigBlk:")), 16)
+        return not blocked & (1 << (signal.SIGTERM - 1))
+
+    others = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid and takes_sigterm(int(t)))
     if not others:
-        pytest.skip("this server has no thread besides its main one: the kernel can only give it the signal")
+        pytest.skip("this server has no other thread that takes SIGTERM: the kernel can only give it to the main one")
     libc = ctypes.CDLL(None, use_errno=True)
     sys_tgkill = {"x86_64": 234, "aarch64": 131}.get(os.uname().machine)
     if sys_tgkill is None:
         pytest.skip(f"tgkill's number on {os.uname().machine} is not known here")
     assert libc.syscall(sys_tgkill, pid, others[0], signal.SIGTERM) == 0, ctypes.get_errno()
-    _wait(lambda: not _left(cache, tag), 20, lambda: f"the server did not stop; {_still_there(cache, tag)}")
+    _wait(lambda: not _left(cache, tag), 30, lambda: f"the server did not stop; {_still_there(cache, tag)}")
     assert not list(run.glob("check-*.sock")) and not list(run.glob("check-*.lock"))
 
 
@@ -360,7 +373,7 @@ def test_a_sigterm_handled_inside_a_garbage_collector_callback_stops_the_server(
     swallowed: a handler that raised SystemExit left the server running, asleep with its
     sandboxes, until its idle time was up (the suite's flake of sessions 9 to 12; its log said
     "Exception ignored in: <function _xla_gc_callback ...> SystemExit").  The server here gets
-    its SIGTERM inside such a callback, between checks."""
+    its SIGTERM inside such a callback, as it starts."""
     course, cache, tag = setup
     nb = tmp_path / "hw.ipynb"
     nb.write_text(notebook("full"), encoding="utf-8")
@@ -383,12 +396,14 @@ def test_a_sigterm_handled_inside_a_garbage_collector_callback_stops_the_server(
     )
     args = ["--socket", str(run / "check-gc.sock"), "--course", str(course), "--assignment", "double"]
     args += ["--notebook", str(nb), "--idle", "120"]
-    server = subprocess.Popen([sys.executable, "-c", script, *args], env=_env(cache, tag), stderr=subprocess.PIPE)
+    log = run / "check-gc.log"  # where a server's stderr goes (a stack dump too: _still_there)
+    with log.open("ab") as err:
+        server = subprocess.Popen([sys.executable, "-c", script, *args], env=_env(cache, tag), stderr=err)
     try:
-        _, err = server.communicate(timeout=60)
+        server.wait(timeout=60)
     except subprocess.TimeoutExpired:
         pytest.fail(f"the server did not stop; {_still_there(cache, tag)}")
-    assert server.returncode == 0, err.decode(errors="replace")[-3000:]
+    assert server.returncode == 0, log.read_text(errors="replace")[-3000:] if log.exists() else ""
     _wait(lambda: not _left(cache, tag), 20, lambda: f"left: {_still_there(cache, tag)}")
     assert not list(run.glob("check-gc.*"))
 
@@ -458,6 +473,24 @@ def test_the_server_declines_what_is_not_a_plain_check(tmp_path: Path, monkeypat
             reply = check_server._recv(a)
         assert "decline" in reply and "code" not in reply, (request, reply)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_stopping_server_declines_the_check_it_was_sent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SIGTERM that came while a request arrived: no check is begun (the command checks on
+    its own), so the server stops now, not after a whole check."""
+    import struct
+
+    state = check_server._Serving(devices=1)
+    state.stopping = True
+    monkeypatch.setattr(check_server, "_SERVING", state)
+    monkeypatch.chdir(tmp_path)
+    a, b = socket.socketpair()
+    with a, b:
+        data = json.dumps({"argv": ["check", "x.ipynb"], "cwd": str(tmp_path)}).encode()
+        a.sendall(struct.pack(">I", len(data)) + data)
+        check_server._handle(b)
+        reply = check_server._recv(a)
+    assert reply == {"decline": "the check server is stopping"}
 
 
 def test_a_server_declines_another_device_count_and_makes_way(monkeypatch: pytest.MonkeyPatch) -> None:
