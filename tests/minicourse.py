@@ -120,3 +120,27 @@ def procs_with(tag: str) -> list[int]:
             except OSError:
                 pass
     return found
+
+
+def sigterm_inside_a_gc_callback(entry: str, when: str) -> str:
+    """A ``python -c`` script that runs ``entry`` (``module:function``, called with the command
+    line's arguments; its result is the exit status) after registering a garbage collector
+    callback that, once ``when`` (an expression; ``target`` is the module) is true in the main
+    thread, sends the process a SIGTERM and lets its handler run there, inside the callback (as
+    in JAX's own callback)."""
+    module, function = entry.split(":")
+    return (
+        "import gc, os, signal, sys, threading\n"
+        f"import {module} as target\n"
+        "sent = []\n"
+        "def callback(phase, info):\n"
+        "    if sent or phase != 'start' or threading.current_thread() is not threading.main_thread():\n"
+        "        return\n"
+        f"    if {when}:\n"
+        "        sent.append(1)\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        for _ in range(100):  # the handler runs here, in the callback\n"
+        "            pass\n"
+        "gc.callbacks.append(callback)\n"
+        f"sys.exit(target.{function}(sys.argv[1:]))\n"
+    )

@@ -287,7 +287,7 @@ def test_check_watch_stops_on_a_sigterm_handled_inside_a_garbage_collector_callb
     import time
     import uuid
 
-    from tests.minicourse import make_minicourse, notebook, procs_with
+    from tests.minicourse import make_minicourse, notebook, procs_with, sigterm_inside_a_gc_callback
 
     course = make_minicourse(tmp_path / "course")
     nb = tmp_path / "hw.ipynb"
@@ -295,20 +295,9 @@ def test_check_watch_stops_on_a_sigterm_handled_inside_a_garbage_collector_callb
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     tag = uuid.uuid4().hex
-    script = (
-        "import gc, os, signal, sys, threading\n"
-        "from grader.cli import main\n"
-        "sent = []\n"
-        "def callback(phase, info):\n"
-        "    if sent or phase != 'start' or threading.current_thread() is not threading.main_thread():\n"
-        "        return\n"
-        "    if getattr(signal.getsignal(signal.SIGTERM), '__name__', '') == 'stop':  # the watch's handler\n"
-        "        sent.append(1)\n"
-        "        os.kill(os.getpid(), signal.SIGTERM)\n"
-        "        for _ in range(100):  # the handler runs here, in the callback\n"
-        "            pass\n"
-        "gc.callbacks.append(callback)\n"
-        "sys.exit(main(sys.argv[1:]))\n"
+    # the watch's own handler is installed
+    script = sigterm_inside_a_gc_callback(
+        "grader.cli:main", "getattr(signal.getsignal(signal.SIGTERM), '__name__', '') == 'stop'"
     )
     args = ["--course", str(course), "check", "--assignment", "double", "--watch", "--json", str(nb)]
     proc = subprocess.Popen(

@@ -30,9 +30,8 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _CELL_LOC = re.compile(r"(?:Cell In\s*\[(\d+)\]|<ipython-input-(\d+)-[0-9a-f]+>),\s*(?:line|in)\s*(\d+)?")
 _CELL_LINE = re.compile(r"^-*>\s*(\d+)\s")
 
-PROBE_TIMEOUT = messages.PROBE_TIMEOUT
 #: Seconds nbclient waits, once a cell's reply is in, for the rest of its output (IOPub).  Not
-#: after a timeout: the cell was interrupted, and the probe that follows (PROBE_TIMEOUT) is the
+#: after a timeout: the cell was interrupted, and the probe that follows (messages.PROBE_TIMEOUT) is the
 #: interrupt's grace; waiting for the output of a kernel that may be stuck cost 4 s twice.
 IOPUB_TIMEOUT = 4
 #: The requests the worker forwards to the kernel (:func:`grader.sandboxed.kernel_side.serve`).
@@ -319,9 +318,9 @@ class NotebookRunner:
         return "stuck", reply
 
     def _answers_after_interrupt(self) -> bool:
-        """Whether the kernel answers a trivial cell within PROBE_TIMEOUT of an interrupt.  One
+        """Whether the kernel answers a trivial cell within messages.PROBE_TIMEOUT of an interrupt.  One
         that does not is stuck: no cell is run in it any more (``alive`` is False) until it is replaced."""
-        probe, _ = self._synthetic("pass", PROBE_TIMEOUT)
+        probe, _ = self._synthetic("pass", messages.PROBE_TIMEOUT)
         if probe != "ok":
             self.alive = False
         return probe == "ok"
@@ -365,7 +364,7 @@ class NotebookRunner:
                 rec.update(status="timeout", message=f"interrupted after {self.cell_timeout:g}s")
             elif status in ("stuck", "died"):
                 why = (
-                    f"did not stop within {PROBE_TIMEOUT:g}s of an interrupt after running "
+                    f"did not stop within {messages.PROBE_TIMEOUT:g}s of an interrupt after running "
                     f"{self.cell_timeout:g}s (a long jitted computation, SIGINT ignored, or a kernel that stopped answering): the kernel was killed"
                     if status == "stuck"
                     else "the kernel died while running this cell (os._exit, a crash, or out of memory)"

@@ -24,7 +24,14 @@ import pytest
 
 from grader.grading import check_server
 from tests.conftest import build_notebook
-from tests.minicourse import SOURCES, as_from_a_terminal, make_minicourse, notebook, procs_with
+from tests.minicourse import (
+    SOURCES,
+    as_from_a_terminal,
+    make_minicourse,
+    notebook,
+    procs_with,
+    sigterm_inside_a_gc_callback,
+)
 
 
 def _env(cache: Path, tag: str, idle: float = 120) -> dict[str, str]:
@@ -379,21 +386,7 @@ def test_a_sigterm_handled_inside_a_garbage_collector_callback_stops_the_server(
     nb.write_text(notebook("full"), encoding="utf-8")
     run = cache / "run"
     run.mkdir(mode=0o700)
-    script = (
-        "import gc, os, signal, sys, threading\n"
-        "from grader.grading import check_server\n"
-        "sent = []\n"
-        "def callback(phase, info):\n"
-        "    if sent or phase != 'start' or check_server._SERVING is None:\n"
-        "        return\n"
-        "    if threading.current_thread() is threading.main_thread():\n"
-        "        sent.append(1)\n"
-        "        os.kill(os.getpid(), signal.SIGTERM)\n"
-        "        for _ in range(100):  # the handler runs here, in the callback\n"
-        "            pass\n"
-        "gc.callbacks.append(callback)\n"
-        "sys.exit(check_server.main(sys.argv[1:]))\n"
-    )
+    script = sigterm_inside_a_gc_callback("grader.grading.check_server:main", "target._SERVING is not None")
     args = ["--socket", str(run / "check-gc.sock"), "--course", str(course), "--assignment", "double"]
     args += ["--notebook", str(nb), "--idle", "120"]
     log = run / "check-gc.log"  # where a server's stderr goes (a stack dump too: _still_there)
