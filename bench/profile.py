@@ -13,7 +13,9 @@ the way a trusted pool worker does, and prints for each run:
 - ``cpu``: the CPU seconds of the sandboxes' own processes (cgroups).
 
 Runs, in order: a cold trusted process without the compilation cache; the same process again
-(references and pytest warm, as in a batch after its first notebook); then with the trusted
+(references and pytest warm, as in a batch after its first notebook), and once more in it with
+pytest's long report of each failed test, as grading did before session 12 (the baseline of
+the native reports it uses now: a notebook that fails many tests shows the difference); then with the trusted
 compilation cache (warmed first if needed); then twice with the evaluator's answers kept
 (grader/host/eval_cache.py), as for two students whose notebooks export the same modules.
 Figures only, never asserted.
@@ -24,16 +26,19 @@ Figures only, never asserted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from grader.course.config import load_course  # noqa: E402
+from grader.grading import plugin  # noqa: E402
 from grader.grading.grade import grade_notebook, trusted_cache_dir, warm_cache  # noqa: E402
 from grader.host import session as session_mod  # noqa: E402
 from grader.host import xla_cache  # noqa: E402
@@ -56,6 +61,23 @@ def _timed(method_name: str, kind: str | None) -> None:
             COUNT[key] += 1
 
     setattr(session_mod.Session, method_name, wrapper)
+
+
+@contextlib.contextmanager
+def _long_failure_reports() -> Iterator[None]:
+    """Grading as before session 12: pytest builds its long report of every failed test (it
+    parses the source file of each frame), where the grading plugin asks for Python's own."""
+    configure = plugin.GradingPlugin.pytest_configure
+
+    def long_reports(self, config):  # type: ignore[no-untyped-def]
+        configure(self, config)
+        config.option.tbstyle = "long"
+
+    plugin.GradingPlugin.pytest_configure = long_reports  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        plugin.GradingPlugin.pytest_configure = configure  # type: ignore[method-assign]
 
 
 def run(label: str, assignment, notebook: Path, cache, answers=None) -> None:  # type: ignore[no-untyped-def]
@@ -89,6 +111,10 @@ def main() -> None:
     assignment = load_course(ROOT).assignment(args.assignment, staff=True)
     run("cold trusted process, no compilation cache", assignment, args.notebook, None)
     run("warm trusted process, no compilation cache", assignment, args.notebook, None)
+    with _long_failure_reports():
+        run(
+            "  the same, with pytest's long report of each failure (before session 12)", assignment, args.notebook, None
+        )
     final = trusted_cache_dir(assignment)
     if xla_cache.ready(final) is None:
         t0 = time.perf_counter()
