@@ -47,7 +47,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path, PurePosixPath
@@ -189,7 +189,8 @@ def _here() -> str:
 
 
 def _private_dir() -> Path:
-    """``$TMPDIR/jaxgrade-courses-<uid>``: ours, mode 0700, not a link (another user could plant one)."""
+    """``$TMPDIR/jaxgrade-courses-<uid>``, where a worker unpacks courses and keeps the notebook it
+    grades: ours, mode 0700, not a link (another user could plant one)."""
     base = Path(tempfile.gettempdir()) / f"jaxgrade-courses-{os.getuid()}"
     with contextlib.suppress(FileExistsError):
         base.mkdir(mode=0o700)
@@ -204,18 +205,47 @@ _HELD: list[int] = []  # the descriptors of this process's locks, open until it 
 _FRESH = 60.0  # seconds: a course folder younger than this may not have its lock yet
 
 
-def _hold(root: Path) -> None:
-    """Lock ``root`` for as long as this process lives (the kernel drops the lock when it dies,
-    however it dies, and a lock is seen across PID namespaces, unlike a pid)."""
+def _lock(root: Path) -> int:
+    """Lock ``root`` (its :data:`LOCK` file, made here); the descriptor holds the lock until it is
+    closed or this process dies, however it dies (a lock is seen across PID namespaces, unlike a pid)."""
     fd = os.open(root / LOCK, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    _HELD.append(fd)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
-def _sweep(base: Path) -> None:
-    """Remove the courses of worker processes that are gone (a SIGKILL skips their atexit): a
-    course whose lock no process holds, or an old one that never got a lock."""
-    for old in base.glob("course-*"):
+def _hold(root: Path) -> None:
+    """Lock ``root`` for as long as this process lives."""
+    _HELD.append(_lock(root))
+
+
+@contextlib.contextmanager
+def _submission_folder() -> Iterator[Path]:
+    """A private folder (``nb-*`` in :func:`_private_dir`) for the notebook being graded, locked
+    while the task runs and removed after it.  The folder of a worker killed mid-task (SIGKILL: no
+    cleanup runs) holds a student's notebook: the next task on this machine removes it (its lock
+    is free).  The folder is the notebook's own, which its sandbox never sees (``protect``)."""
+    base = _private_dir()
+    _sweep(base, "nb-*")
+    folder = Path(tempfile.mkdtemp(prefix="nb-", dir=base))  # mode 0700
+    fd: int | None = None
+    try:
+        fd = _lock(folder)
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        if fd is not None:
+            os.close(fd)
+
+
+def _sweep(base: Path, pattern: str = "course-*") -> None:
+    """Remove the folders (``pattern``: the courses, or the submissions being graded) of worker
+    processes that are gone (a SIGKILL skips their cleanup): a folder whose lock no process
+    holds, or an old one that never got a lock."""
+    for old in base.glob(pattern):
         try:
             fd = os.open(old / LOCK, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -386,8 +416,8 @@ def grade_task(bundle: CourseBundle, request: dict[str, Any]) -> dict[str, Any]:
         raise RuntimeError(f"worker {_here()}: {request['student']}'s notebook arrived with another sha256")
     assignment = load_course(root).assignment(bundle.name, staff=not request["public_only"])
     cache = _cache_for(assignment, root, iso) if request["cache"] else None
-    with tempfile.TemporaryDirectory(prefix="jaxgrade-nb-") as tmp:  # mkdtemp: mode 0700
-        path = Path(tmp) / "submission.ipynb"
+    with _submission_folder() as tmp:
+        path = tmp / "submission.ipynb"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(data)

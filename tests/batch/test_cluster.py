@@ -13,6 +13,8 @@ import io
 import os
 import signal
 import sqlite3
+import stat
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -29,7 +31,9 @@ from grader.batch.cluster import (
     CourseMismatch,
     _hold,
     _in_child,
+    _private_dir,
     _received,
+    _submission_folder,
     _sweep,
     _unpack,
     differences,
@@ -159,6 +163,8 @@ def test_a_worker_killed_mid_batch_costs_nothing(
     while not _gone(child) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _gone(child), "the killed worker's grading process lived on"
+    # the killed worker's copy of the notebook it was grading went with the next task
+    assert not list(_private_dir().glob("nb-*")), "a submission's notebook was left on the worker"
     expected = {"s0_slow": (4.0, "graded"), "s1_slow": (4.0, "graded"), "s2_zero": EXPECTED["zero"]}
     assert {s: (r["score"], r["status"]) for s, r in comparable(out).items()} == expected
 
@@ -225,6 +231,41 @@ def test_courses_of_dead_worker_processes_are_swept(tmp_path: Path) -> None:
     _sweep(tmp_path)
     assert not dead.exists() and not stale.exists()
     assert mine.is_dir() and fresh.is_dir()
+
+
+def test_the_notebook_of_a_worker_killed_mid_task_is_removed_by_the_next_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker keeps the notebook it grades in a private folder, removed after the task; one
+    killed mid-task (SIGKILL: no cleanup runs) leaves it, and the next task on the machine removes
+    it. A folder in use by a live process is never removed."""
+    import subprocess
+    import sys
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # what _private_dir() is under
+    code = (
+        "import os, signal, sys\n"
+        "from grader.batch import cluster\n"
+        "with cluster._submission_folder() as folder:\n"
+        "    (folder / 'submission.ipynb').write_text('a student notebook')\n"
+        "    print(folder, flush=True)\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2]
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    left = Path(done.stdout.strip())
+    assert left.parent == _private_dir() and (left / "submission.ipynb").is_file()
+    assert stat.S_IMODE(left.stat().st_mode) == 0o700
+    with _submission_folder() as mine:
+        assert not left.exists(), "the killed worker's notebook was not removed"
+        with _submission_folder() as other:  # another task of this process (a thread) meanwhile
+            assert mine.is_dir() and other != mine
+        assert mine.is_dir()
+    assert not mine.exists() and not other.exists()
+    assert not list(_private_dir().glob("nb-*"))
 
 
 def _pretend_no_bwrap(missing: bool) -> None:
