@@ -42,6 +42,7 @@ from grader.course.config import load_course  # noqa: E402
 from grader.grading.grade import _init_worker, grade_notebook, trusted_cache_dir, warm_cache  # noqa: E402
 from grader.host import session as session_mod  # noqa: E402
 from grader.host import xla_cache  # noqa: E402
+from grader.host.sandbox import choose_isolation  # noqa: E402
 
 ASSIGNMENTS = (
     "vmap_convolve",
@@ -56,7 +57,7 @@ ASSIGNMENTS = (
 )
 TARGET_S = 3.0
 
-#: the kernel's clock, summed over the calls of the grading under way: [calls, seconds]
+#: over the calls of the grading under way: "calls" (how many) and "seconds" (the kernel's clock)
 INSIDE: dict[str, float] = defaultdict(float)
 
 
@@ -88,14 +89,20 @@ def child(name: str) -> None:
     row per notebook, then a JSON line: [notebooks, max tests s, max grader s]."""
     course = load_course(ROOT)
     assignment = course.assignment(name, staff=True)
-    _init_worker(assignment.config.devices, os.getppid(), trusted_cache=True)
+    # as the pool sets its workers up: the compilation caches only where sandboxes are bubblewrap's
+    bwrap = choose_isolation("auto") == "bwrap"
+    _init_worker(assignment.config.devices, os.getppid(), trusted_cache=bwrap)
     _count_student_time()
-    final = trusted_cache_dir(assignment)
-    if xla_cache.ready(final) is None:
-        t0 = time.perf_counter()
-        n = warm_cache(assignment, "auto", final)
-        print(f"(warmed {name}'s compilation cache: {n} entries in {time.perf_counter() - t0:.1f}s)", flush=True)
-    cache = xla_cache.ready(final)
+    cache = None
+    if bwrap:
+        final = trusted_cache_dir(assignment)
+        if xla_cache.ready(final) is None:
+            t0 = time.perf_counter()
+            n = warm_cache(assignment, "bwrap", final)
+            print(f"(warmed {name}'s compilation cache: {n} entries in {time.perf_counter() - t0:.1f}s)", flush=True)
+        cache = xla_cache.ready(final)
+    else:
+        print(f"({name}: no bubblewrap here, so no compilation cache: slower than a batch would be)", flush=True)
     rows = []
     for nb in sorted((ROOT / "tests" / "corpus" / name).glob("correct*.ipynb")):
         first, *_ = grade(assignment, nb, cache)
@@ -135,7 +142,8 @@ def main() -> None:
             else:
                 print(line, end="", flush=True)
         if proc.wait() != 0 or not last:
-            print(f"warning: {name}: the grading process exited {proc.returncode}", file=sys.stderr)
+            why = f"exited {proc.returncode}" if proc.returncode else "printed no summary"
+            print(f"warning: {name}: the grading process {why}", file=sys.stderr)
             continue
         n, worst, worst_grader = json.loads(last)
         summary.append((name, n, worst, worst_grader))

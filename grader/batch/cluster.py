@@ -200,21 +200,40 @@ def _private_dir() -> Path:
     return base
 
 
-LOCK = ".jaxgrade-lock"  # in each unpacked course: held (flock) by the worker process that uses it
+LOCK = ".jaxgrade-lock"  # in each course and submission folder: held (flock) by the process that uses it
 _HELD: list[int] = []  # the descriptors of this process's locks, open until it exits
-_FRESH = 60.0  # seconds: a course folder younger than this may not have its lock yet
+_FRESH = 60.0  # seconds: a folder younger than this may not have its lock yet
 
 
-def _lock(root: Path) -> int:
-    """Lock ``root`` (its :data:`LOCK` file, made here); the descriptor holds the lock until it is
-    closed or this process dies, however it dies (a lock is seen across PID namespaces, unlike a pid)."""
-    fd = os.open(root / LOCK, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+def _lock(folder: Path) -> int:
+    """Lock ``folder``: the descriptor holds the lock until it is closed or this process dies,
+    however it dies (a lock is seen across PID namespaces, unlike a pid).  The lock file is made
+    and locked under another name, then renamed to :data:`LOCK`, so that a sweep (another
+    thread's, another process's) never finds it unlocked; until then the folder has no lock file,
+    and a sweep leaves it alone for :data:`_FRESH` seconds."""
+    making = folder / f"{LOCK}.{uuid.uuid4().hex}"
+    fd = os.open(making, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+        os.rename(making, folder / LOCK)
     except BaseException:
         os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(making)
         raise
     return fd
+
+
+def _locked_folder(base: Path, prefix: str) -> tuple[Path, int]:
+    """A new folder ``base/<prefix>*`` (mode 0700), locked (:func:`_lock`), after removing the
+    folders of ``prefix`` whose process is gone (:func:`_sweep`)."""
+    _sweep(base, f"{prefix}*")
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+    try:
+        return folder, _lock(folder)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
 
 
 def _hold(root: Path) -> None:
@@ -228,17 +247,12 @@ def _submission_folder() -> Iterator[Path]:
     while the task runs and removed after it.  The folder of a worker killed mid-task (SIGKILL: no
     cleanup runs) holds a student's notebook: the next task on this machine removes it (its lock
     is free).  The folder is the notebook's own, which its sandbox never sees (``protect``)."""
-    base = _private_dir()
-    _sweep(base, "nb-*")
-    folder = Path(tempfile.mkdtemp(prefix="nb-", dir=base))  # mode 0700
-    fd: int | None = None
+    folder, fd = _locked_folder(_private_dir(), "nb-")
     try:
-        fd = _lock(folder)
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-        if fd is not None:
-            os.close(fd)
+        os.close(fd)
 
 
 def _sweep(base: Path, pattern: str = "course-*") -> None:
@@ -265,10 +279,8 @@ def _sweep(base: Path, pattern: str = "course-*") -> None:
 
 
 def _unpack(bundle: CourseBundle) -> Path:
-    base = _private_dir()
-    _sweep(base)
-    root = Path(tempfile.mkdtemp(prefix="course-", dir=base))
-    _hold(root)
+    root, lock = _locked_folder(_private_dir(), "course-")
+    _HELD.append(lock)  # held for as long as this process lives
     atexit.register(shutil.rmtree, root, True)
     for rel, data in bundle.files.items():
         parts = PurePosixPath(rel).parts

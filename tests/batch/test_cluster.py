@@ -26,6 +26,7 @@ import pytest
 
 import grader
 from grader.batch.cluster import (
+    LOCK,
     ClusterError,
     CourseBundle,
     CourseMismatch,
@@ -156,6 +157,8 @@ def test_a_worker_killed_mid_batch_costs_nothing(
             victim, child = next(((pid, c) for pid in pids.values() if (c := _grading(pid))), (None, None))
             time.sleep(0.1)
         assert victim is not None and child is not None, "no worker started grading"
+        copies = set(_private_dir().glob("nb-*"))  # the notebooks being graded: the victim's among them
+        assert copies, "the workers keep no copy of the notebooks they grade in their private folder"
         os.kill(victim, signal.SIGKILL)  # mid-task: Dask gives its submission to another worker
         batch.join(timeout=120)
     assert result and result[0][0] == 0, result
@@ -164,7 +167,7 @@ def test_a_worker_killed_mid_batch_costs_nothing(
         time.sleep(0.1)
     assert _gone(child), "the killed worker's grading process lived on"
     # the killed worker's copy of the notebook it was grading went with the next task
-    assert not list(_private_dir().glob("nb-*")), "a submission's notebook was left on the worker"
+    assert not [p for p in copies if p.exists()], "a submission's notebook was left on the worker"
     expected = {"s0_slow": (4.0, "graded"), "s1_slow": (4.0, "graded"), "s2_zero": EXPECTED["zero"]}
     assert {s: (r["score"], r["status"]) for s, r in comparable(out).items()} == expected
 
@@ -261,6 +264,7 @@ def test_the_notebook_of_a_worker_killed_mid_task_is_removed_by_the_next_task(
     assert stat.S_IMODE(left.stat().st_mode) == 0o700
     with _submission_folder() as mine:
         assert not left.exists(), "the killed worker's notebook was not removed"
+        assert [p.name for p in mine.iterdir()] == [LOCK]  # locked under another name, then renamed
         with _submission_folder() as other:  # another task of this process (a thread) meanwhile
             assert mine.is_dir() and other != mine
         assert mine.is_dir()

@@ -509,7 +509,7 @@ def test_legacy_keys_accepted(submission, rng, name):
     """Legacy keys (jax.random.PRNGKey, a uint32[2] array) work as well as typed keys."""
     # the representative arguments (call_args), which test_pure passes with a legacy key too: the
     # student's programs for these shapes are compiled once for both tests (a jitted dropout or
-    # a vmapped draw compiles in 0.2 to 0.5 s per new shape in the sandbox)
+    # a vmapped draw compiles in 0.1 to 0.6 s per new shape in the sandbox: bench/README.md)
     key = legacy_key(rng)
     args = call_args(name, key, rng)
     if name == "init_mlp_params":
