@@ -10,12 +10,15 @@ the testable entry point (the ``jaxgrade`` command is :func:`grader.entry.main`)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import logging
 import os
+import signal
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -95,6 +98,43 @@ def _assignment(args: argparse.Namespace, name: str, *, staff: bool = True, star
 
 
 # --------------------------------------------------------------------------- check
+
+
+@contextlib.contextmanager
+def _stops(*signals: int) -> Iterator[Callable[[], None]]:
+    """While in the block, each of ``signals`` raises KeyboardInterrupt at once, as Python's
+    Ctrl-C does, and is noted too: a handler may run inside a garbage collector's callback (JAX
+    has one), which drops what it raises.  The function given raises KeyboardInterrupt when one
+    was noted: call it where the work may stop.  Only in the main thread (elsewhere no handler
+    can be set), and SIGINT only where it is Python's Ctrl-C: a command started with it ignored
+    (a background job of a shell that is not interactive) keeps ignoring the Ctrl-C meant for
+    the foreground."""
+    import threading
+
+    noted: list[int] = []
+
+    def stop(signum: int, frame: Any) -> None:
+        noted.append(signum)
+        raise KeyboardInterrupt
+
+    def stopped() -> None:
+        if noted:
+            raise KeyboardInterrupt
+
+    ours = [
+        sig
+        for sig in signals
+        if threading.current_thread() is threading.main_thread()
+        and (sig != signal.SIGINT or signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    ]
+    before: dict[int, Any] = {}
+    try:
+        for sig in ours:
+            before[sig] = signal.signal(sig, stop)
+        yield stopped
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def render_check(rec: Record, out: TextIO) -> None:
@@ -196,29 +236,8 @@ def _watch(args: argparse.Namespace, assignment: Assignment, path: Path, out: Te
     next sandbox started ahead (kernel up, JAX imported) while the student edits; Ctrl-C (or
     closing the terminal) stops it, and it exits 0."""
     import hashlib
-    import signal
 
     from grader.grading.grade import _set_trusted_devices, grade_one, prestart, ready_ahead
-
-    stopping: list[int] = []
-
-    def stop(signum: int, frame: Any) -> None:
-        # Ctrl-C, a closed terminal or a kill: clean up as for Ctrl-C.  Noted too, since a handler
-        # may run inside a garbage collector's callback (JAX has one), which drops what it raises:
-        # the loop below then stops at its next look (after a check that is running)
-        stopping.append(signum)
-        raise KeyboardInterrupt
-
-    def stopped() -> None:
-        if stopping:
-            raise KeyboardInterrupt
-
-    # SIGINT only where it is Python's Ctrl-C: a watch started with it ignored (a background job
-    # of a shell that is not interactive) keeps ignoring the Ctrl-C meant for the foreground
-    ours = [signal.SIGTERM, signal.SIGHUP]
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        ours.append(signal.SIGINT)
-    before = {sig: signal.signal(sig, stop) for sig in ours}
 
     def fingerprint() -> tuple[int, ...] | None:
         try:
@@ -247,46 +266,51 @@ def _watch(args: argparse.Namespace, assignment: Assignment, path: Path, out: Te
     checked: str | None = None  # sha256 of the bytes last checked
     ahead = session = None
     print(f"jaxgrade check --watch: checking {path} each time it is saved; Ctrl-C to stop", file=err)
-    try:
-        while True:
-            stopped()
-            seen = fingerprint()
-            data = settled()
-            digest = hashlib.sha256(data).hexdigest() if data is not None else None
-            if digest is not None and digest != checked:
-                assignment = _assignment(args, name, staff=False, start=path.resolve().parent)  # edits to tests count
-                if assignment.config.devices != devices:
-                    raise CliError(
-                        f"the assignment's device count changed ({devices} to {assignment.config.devices})",
-                        "Stop --watch (Ctrl-C) and start it again.",
-                    )
-                session, ahead = ready_ahead(ahead, assignment, path, args.isolation), None
-                t0 = time.monotonic()
-                # a bug of ours is said as a plain check says it (grader_error), and the watch goes on
-                rec = grade_one(assignment, path, public_only=True, isolation=args.isolation, session=session)
-                session = None  # grade_notebook closed it
-                checked = digest
-                if args.json:
-                    print(json.dumps(rec.to_dict(), ensure_ascii=False, allow_nan=False, default=str), file=out)
-                else:
-                    render_check(rec, out)
-                    print(f"— checked in {time.monotonic() - t0:.1f}s; watching {path} (Ctrl-C to stop)\n", file=out)
-                out.flush()
-                stopped()  # not a sandbox started for a watch that is over
-                ahead = prestart(assignment, path, args.isolation)  # for the next save
-            while fingerprint() == seen:
+    # Ctrl-C, a closed terminal or a kill: clean up as for Ctrl-C; a signal dropped in a gc
+    # callback stops the loop at its next look (after a check that is running)
+    with _stops(signal.SIGTERM, signal.SIGHUP, signal.SIGINT) as stopped:
+        try:
+            while True:
                 stopped()
-                time.sleep(WATCH_POLL)
-    except KeyboardInterrupt:
-        print("jaxgrade check --watch: stopped", file=err)
-        return EXIT_OK
-    finally:
-        for started in (ahead, session):
-            if started is not None:
-                started.close()
-        remove_own_scratch()  # one made just as Ctrl-C came, before its session knew it
-        for sig, handler in before.items():
-            signal.signal(sig, handler)
+                seen = fingerprint()
+                data = settled()
+                digest = hashlib.sha256(data).hexdigest() if data is not None else None
+                if digest is not None and digest != checked:
+                    assignment = _assignment(
+                        args, name, staff=False, start=path.resolve().parent
+                    )  # edits to tests count
+                    if assignment.config.devices != devices:
+                        raise CliError(
+                            f"the assignment's device count changed ({devices} to {assignment.config.devices})",
+                            "Stop --watch (Ctrl-C) and start it again.",
+                        )
+                    session, ahead = ready_ahead(ahead, assignment, path, args.isolation), None
+                    t0 = time.monotonic()
+                    # a bug of ours is said as a plain check says it (grader_error), and the watch goes on
+                    rec = grade_one(assignment, path, public_only=True, isolation=args.isolation, session=session)
+                    session = None  # grade_notebook closed it
+                    checked = digest
+                    if args.json:
+                        print(json.dumps(rec.to_dict(), ensure_ascii=False, allow_nan=False, default=str), file=out)
+                    else:
+                        render_check(rec, out)
+                        print(
+                            f"— checked in {time.monotonic() - t0:.1f}s; watching {path} (Ctrl-C to stop)\n", file=out
+                        )
+                    out.flush()
+                    stopped()  # not a sandbox started for a watch that is over
+                    ahead = prestart(assignment, path, args.isolation)  # for the next save
+                while fingerprint() == seen:
+                    stopped()
+                    time.sleep(WATCH_POLL)
+        except KeyboardInterrupt:
+            print("jaxgrade check --watch: stopped", file=err)
+            return EXIT_OK
+        finally:
+            for started in (ahead, session):
+                if started is not None:
+                    started.close()
+            remove_own_scratch()  # one made just as Ctrl-C came, before its session knew it
 
 
 # --------------------------------------------------------------------------- grade
@@ -372,8 +396,14 @@ def _grade_batch(batch: Batch, intake: IntakeReport, args: argparse.Namespace, o
             from grader.grading.grade import cache_status
 
             print(cache_status(assignment, batch.isolation, batch.cache, jobs=jobs, n=len(todo)), file=err)
-        with _Progress(len(todo), err) as progress:
-            batch.run(todo, jobs=jobs, on_record=progress.advance)
+        # a Ctrl-C that a gc callback dropped (see _stops) stops the batch at the next result
+        with _Progress(len(todo), err) as progress, _stops(signal.SIGINT) as stopped:
+
+            def advance(rec: Record) -> None:
+                progress.advance(rec)
+                stopped()
+
+            batch.run(todo, jobs=jobs, on_record=advance)
         records = batch.finish(intake.submissions)
         lost, bugs, runs = list(batch.lost), list(batch.bugs), dict(batch.lost_runs)
     _summary(records, progress.elapsed, len(todo), out_dir, err)

@@ -122,12 +122,12 @@ def procs_with(tag: str) -> list[int]:
     return found
 
 
-def sigterm_inside_a_gc_callback(entry: str, when: str) -> str:
+def signal_inside_a_gc_callback(entry: str, when: str, name: str = "SIGTERM") -> str:
     """A ``python -c`` script that runs ``entry`` (``module:function``, called with the command
     line's arguments; its result is the exit status) after registering a garbage collector
     callback that, once ``when`` (an expression; ``target`` is the module) is true in the main
-    thread, sends the process a SIGTERM and lets its handler run there, inside the callback (as
-    in JAX's own callback)."""
+    thread, sends the process the signal ``name`` and lets its handler run there, inside the
+    callback (as in JAX's own callback)."""
     module, function = entry.split(":")
     return (
         "import gc, os, signal, sys, threading\n"
@@ -138,7 +138,7 @@ def sigterm_inside_a_gc_callback(entry: str, when: str) -> str:
         "        return\n"
         f"    if {when}:\n"
         "        sent.append(1)\n"
-        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        f"        os.kill(os.getpid(), signal.{name})\n"
         "        for _ in range(100):  # the handler runs here, in the callback\n"
         "            pass\n"
         "gc.callbacks.append(callback)\n"

@@ -287,7 +287,7 @@ def test_check_watch_stops_on_a_sigterm_handled_inside_a_garbage_collector_callb
     import time
     import uuid
 
-    from tests.minicourse import make_minicourse, notebook, procs_with, sigterm_inside_a_gc_callback
+    from tests.minicourse import make_minicourse, notebook, procs_with, signal_inside_a_gc_callback
 
     course = make_minicourse(tmp_path / "course")
     nb = tmp_path / "hw.ipynb"
@@ -296,7 +296,7 @@ def test_check_watch_stops_on_a_sigterm_handled_inside_a_garbage_collector_callb
     scratch.mkdir()
     tag = uuid.uuid4().hex
     # the watch's own handler is installed
-    script = sigterm_inside_a_gc_callback(
+    script = signal_inside_a_gc_callback(
         "grader.cli:main", "getattr(signal.getsignal(signal.SIGTERM), '__name__', '') == 'stop'"
     )
     args = ["--course", str(course), "check", "--assignment", "double", "--watch", "--json", str(nb)]
@@ -322,6 +322,34 @@ def test_check_watch_stops_on_a_sigterm_handled_inside_a_garbage_collector_callb
     while (procs_with(tag) or sandboxes()) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert procs_with(tag) == [] and sandboxes() == []
+
+
+def test_grade_stops_on_a_ctrl_c_handled_inside_a_garbage_collector_callback(tmp_path: Path) -> None:
+    """A Ctrl-C whose KeyboardInterrupt a gc callback drops (JAX registers one, and grading in the
+    command's own process loads JAX) still stops `jaxgrade grade`, at the next result: exit 130,
+    the results so far kept. Before, the batch graded on to its end and exited 0."""
+    import sqlite3
+    import subprocess
+    import sys
+
+    from tests.minicourse import as_from_a_terminal, make_minicourse, notebook, signal_inside_a_gc_callback
+
+    course = make_minicourse(tmp_path / "course")
+    folder = tmp_path / "class"
+    folder.mkdir()
+    students = [f"s{i}" for i in range(4)]
+    for s in students:
+        (folder / f"{s}.ipynb").write_text(notebook("full"), encoding="utf-8")
+    # sent once grading is under way in this process: JAX loaded for the trusted side
+    script = signal_inside_a_gc_callback("grader.cli:main", "'jax' in sys.modules", "SIGINT")
+    out = tmp_path / "out"
+    args = ["--course", str(course), "grade", "--assignment", "double", "--jobs", "1", "--out", str(out), str(folder)]
+    proc = subprocess.run(
+        as_from_a_terminal([sys.executable, "-c", script, *args]), capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 130 and "interrupted; results written so far are kept" in proc.stderr, proc.stderr[-2000:]
+    kept = sqlite3.connect(out / "gradebook.db").execute("SELECT student FROM results").fetchall()
+    assert 1 <= len(kept) < len(students), kept
 
 
 def test_a_sandbox_started_ahead_is_used_only_as_it_would_be_started_now_and_while_alive() -> None:

@@ -30,7 +30,7 @@ from tests.minicourse import (
     make_minicourse,
     notebook,
     procs_with,
-    sigterm_inside_a_gc_callback,
+    signal_inside_a_gc_callback,
 )
 
 
@@ -386,7 +386,7 @@ def test_a_sigterm_handled_inside_a_garbage_collector_callback_stops_the_server(
     nb.write_text(notebook("full"), encoding="utf-8")
     run = cache / "run"
     run.mkdir(mode=0o700)
-    script = sigterm_inside_a_gc_callback("grader.grading.check_server:main", "target._SERVING is not None")
+    script = signal_inside_a_gc_callback("grader.grading.check_server:main", "target._SERVING is not None")
     args = ["--socket", str(run / "check-gc.sock"), "--course", str(course), "--assignment", "double"]
     args += ["--notebook", str(nb), "--idle", "120"]
     log = run / "check-gc.log"  # where a server's stderr goes (a stack dump too: _still_there)
