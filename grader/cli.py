@@ -97,9 +97,6 @@ def _assignment(args: argparse.Namespace, name: str, *, staff: bool = True, star
     return load_course(_course(args, start)).assignment(name, staff=staff)
 
 
-# --------------------------------------------------------------------------- check
-
-
 @contextlib.contextmanager
 def _stops(*signals: int) -> Iterator[Callable[[], None]]:
     """While in the block, each of ``signals`` raises KeyboardInterrupt at once, as Python's
@@ -135,6 +132,9 @@ def _stops(*signals: int) -> Iterator[Callable[[], None]]:
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
+
+
+# --------------------------------------------------------------------------- check
 
 
 def render_check(rec: Record, out: TextIO) -> None:

@@ -236,11 +236,6 @@ def _locked_folder(base: Path, prefix: str) -> tuple[Path, int]:
         raise
 
 
-def _hold(root: Path) -> None:
-    """Lock ``root`` for as long as this process lives."""
-    _HELD.append(_lock(root))
-
-
 @contextlib.contextmanager
 def _submission_folder() -> Iterator[Path]:
     """A private folder (``nb-*`` in :func:`_private_dir`) for the notebook being graded, locked

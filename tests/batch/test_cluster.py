@@ -30,8 +30,8 @@ from grader.batch.cluster import (
     ClusterError,
     CourseBundle,
     CourseMismatch,
-    _hold,
     _in_child,
+    _lock,
     _private_dir,
     _received,
     _submission_folder,
@@ -227,13 +227,14 @@ def test_courses_of_dead_worker_processes_are_swept(tmp_path: Path) -> None:
     dead, mine, fresh, stale = (tmp_path / f"course-{n}" for n in ("dead", "mine", "fresh", "stale"))
     for folder in (dead, mine, fresh, stale):
         (folder / "reference").mkdir(parents=True)
-    code = "import sys; from pathlib import Path; from grader.batch import cluster; cluster._hold(Path(sys.argv[1]))"
+    code = "import sys; from pathlib import Path; from grader.batch import cluster; cluster._lock(Path(sys.argv[1]))"
     subprocess.run([sys.executable, "-c", code, str(dead)], check=True, cwd=Path(__file__).resolve().parents[2])
-    _hold(mine)  # this process: alive
+    held = _lock(mine)  # this process: alive
     os.utime(stale, (time.time() - 3600, time.time() - 3600))
     _sweep(tmp_path)
     assert not dead.exists() and not stale.exists()
     assert mine.is_dir() and fresh.is_dir()
+    os.close(held)
 
 
 def test_the_notebook_of_a_worker_killed_mid_task_is_removed_by_the_next_task(
