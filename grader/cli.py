@@ -101,17 +101,21 @@ def _assignment(args: argparse.Namespace, name: str, *, staff: bool = True, star
 def _stops(*signals: int) -> Iterator[Callable[[], None]]:
     """While in the block, each of ``signals`` raises KeyboardInterrupt at once, as Python's
     Ctrl-C does, and is noted too: a handler may run inside a garbage collector's callback (JAX
-    has one), which drops what it raises.  The function given raises KeyboardInterrupt when one
-    was noted: call it where the work may stop.  Only in the main thread (elsewhere no handler
-    can be set), and SIGINT only where it is Python's Ctrl-C: a command started with it ignored
-    (a background job of a shell that is not interactive) keeps ignoring the Ctrl-C meant for
-    the foreground."""
+    has one), which drops what it raises.  A noted stop also stops the wait on a sandbox that is
+    going on, or the next (grader/host/interrupts.py), so the notebook being graded stops too.
+    The function given raises KeyboardInterrupt when one was noted: call it where the work may
+    stop.  Only in the main thread (elsewhere no handler can be set), and SIGINT only where it
+    is Python's Ctrl-C: a command started with it ignored (a background job of a shell that is
+    not interactive) keeps ignoring the Ctrl-C meant for the foreground."""
     import threading
+
+    from grader.host import interrupts
 
     noted: list[int] = []
 
     def stop(signum: int, frame: Any) -> None:
         noted.append(signum)
+        interrupts.request()
         raise KeyboardInterrupt
 
     def stopped() -> None:
@@ -132,6 +136,8 @@ def _stops(*signals: int) -> Iterator[Callable[[], None]]:
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
+        if noted:
+            interrupts.clear()  # the stop is done
 
 
 # --------------------------------------------------------------------------- check

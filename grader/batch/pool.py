@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from grader.host import interrupts
+
 log = logging.getLogger(__name__)
 
 
@@ -153,7 +155,11 @@ class TrustedPool:
                         except (OSError, ValueError):
                             pass  # a process dead before its task: seen below as lost
                 busy = [s for s in self._slots if s.key is not None]
-                ready = set(wait([s.conn for s in busy] + [s.proc.sentinel for s in busy]))
+                # a stop asked of this process (a Ctrl-C whose KeyboardInterrupt a gc callback
+                # dropped: grader/host/interrupts.py) ends the wait as the Ctrl-C would have
+                ready = set(wait([s.conn for s in busy] + [s.proc.sentinel for s in busy] + [interrupts.fd()]))
+                if interrupts.fd() in ready:
+                    raise KeyboardInterrupt
                 for slot in busy:
                     if slot.conn not in ready and slot.proc.sentinel not in ready:
                         continue

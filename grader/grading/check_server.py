@@ -449,6 +449,8 @@ def _run_check(cli: Any, argv: list[str], args: Any, conn: socket.socket, out: T
     import logging
     import threading
 
+    from grader.host import interrupts
+
     root = logging.getLogger()
     handler = logging.StreamHandler(err)
     saved = (root.handlers[:], root.level)
@@ -467,6 +469,9 @@ def _run_check(cli: Any, argv: list[str], args: Any, conn: socket.socket, out: T
             if gone:
                 with lock:
                     if not done.is_set():
+                        # the SIGINT's KeyboardInterrupt stops the check at once, unless a gc
+                        # callback drops it; the request then stops its next wait on a sandbox
+                        interrupts.request()
                         signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
                 return
 
@@ -484,6 +489,7 @@ def _run_check(cli: Any, argv: list[str], args: Any, conn: socket.socket, out: T
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
         watcher.join()
+        interrupts.clear()  # this check's interruption is done: the next sandbox (started ahead) must not see it
 
 
 def _start_ahead(state: _Serving) -> None:

@@ -35,7 +35,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from grader.host import cgroups
+from grader.host import cgroups, interrupts
 from grader.host.xla_cache import MOUNT as XLA_MOUNT
 from grader.host.xla_cache import XlaCache
 from grader.host.xla_flags import sandbox_xla_flags
@@ -545,9 +545,14 @@ class SandboxProcess:
             raise protocol.ChannelClosed(f"the sandbox is gone ({exc})") from None
 
     def recv(self, timeout: float, max_payload: int = protocol.MAX_PAYLOAD_BYTES) -> tuple[dict[str, Any], bytes]:
+        """The sandbox's next frame, within ``timeout`` seconds; KeyboardInterrupt at once when
+        this process's grading is asked to stop (grader/host/interrupts.py), whatever it waits for."""
         assert self.proc is not None and self.proc.stdout is not None
         return protocol.read_frame(
-            self.proc.stdout.fileno(), deadline=time.monotonic() + timeout, max_payload=max_payload
+            self.proc.stdout.fileno(),
+            deadline=time.monotonic() + timeout,
+            max_payload=max_payload,
+            interrupt=interrupts.fd(),
         )
 
 

@@ -143,15 +143,17 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[n:]
 
 
-def _read_exact(fd: int, n: int, deadline: float | None) -> bytes:
+def _read_exact(fd: int, n: int, deadline: float | None, interrupt: int | None = None) -> bytes:
     chunks: list[bytes] = []
     remaining = n
     while remaining:
-        if deadline is not None:
-            timeout = deadline - time.monotonic()
-            if timeout <= 0:
+        if deadline is not None or interrupt is not None:
+            timeout = None if deadline is None else deadline - time.monotonic()
+            if timeout is not None and timeout <= 0:
                 raise ChannelTimeout("timed out waiting for the other side")
-            ready, _, _ = select.select([fd], [], [], timeout)
+            ready, _, _ = select.select([fd] if interrupt is None else [fd, interrupt], [], [], timeout)
+            if interrupt is not None and interrupt in ready:
+                raise KeyboardInterrupt  # a stop was asked (grader.host.interrupts)
             if not ready:
                 raise ChannelTimeout("timed out waiting for the other side")
         chunk = os.read(fd, min(remaining, 1 << 20))
@@ -168,9 +170,11 @@ def read_frame(
     deadline: float | None = None,
     max_header: int = MAX_HEADER_BYTES,
     max_payload: int = MAX_PAYLOAD_BYTES,
+    interrupt: int | None = None,
 ) -> tuple[dict[str, Any], bytes]:
-    """Read one frame; raise :class:`ProtocolError` on anything malformed or oversized."""
-    magic, hlen, plen = _HEAD.unpack(_read_exact(fd, _HEAD.size, deadline))
+    """Read one frame; raise :class:`ProtocolError` on anything malformed or oversized, and
+    KeyboardInterrupt as soon as the descriptor ``interrupt`` is readable (a stop was asked)."""
+    magic, hlen, plen = _HEAD.unpack(_read_exact(fd, _HEAD.size, deadline, interrupt))
     if magic != MAGIC:
         raise ProtocolError(f"bad frame magic {magic!r}")
     if hlen > max_header:
@@ -178,14 +182,14 @@ def read_frame(
     if plen > max_payload:
         raise ProtocolError(f"frame payload of {plen} bytes exceeds the cap of {max_payload}")
     try:
-        header = json.loads(_read_exact(fd, hlen, deadline))
+        header = json.loads(_read_exact(fd, hlen, deadline, interrupt))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ProtocolError(f"frame header is not JSON: {exc}") from None
     except RecursionError:
         raise ProtocolError("frame header is nested too deeply") from None
     if not isinstance(header, dict):
         raise ProtocolError("frame header is not a JSON object")
-    payload = _read_exact(fd, plen, deadline) if plen else b""
+    payload = _read_exact(fd, plen, deadline, interrupt) if plen else b""
     return header, payload
 
 

@@ -120,6 +120,32 @@ def test_closing_the_run_early_kills_the_workers() -> None:
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
 
 
+def sleep_then_double(x: int) -> int:
+    time.sleep(60)
+    return 2 * x
+
+
+def test_a_stop_asked_of_the_process_ends_the_wait_and_kills_the_workers() -> None:
+    """A stop asked while the tasks run (a Ctrl-C whose KeyboardInterrupt a gc callback dropped:
+    grader/host/interrupts.py) ends the wait for results as the Ctrl-C would have, not at the
+    next result (60 s away here), and every worker is killed."""
+    import threading
+
+    from grader.host import interrupts
+
+    pool = TrustedPool(2)
+    timer = threading.Timer(2.0, interrupts.request)
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            for _ in pool.run(sleep_then_double, tasks(2)):
+                pass
+    finally:
+        timer.cancel()
+        interrupts.clear()
+    assert pool.pids() == []
+
+
 def test_bad_arguments_are_refused() -> None:
     with pytest.raises(ValueError):
         TrustedPool(0)

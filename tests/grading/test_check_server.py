@@ -15,6 +15,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -364,7 +365,21 @@ def test_a_sigterm_that_another_thread_takes_stops_an_idle_server(setup, tmp_pat
 
     others = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid and takes_sigterm(int(t)))
     if not others:
-        pytest.skip("this server has no other thread that takes SIGTERM: the kernel can only give it to the main one")
+
+        def thread(tid: str) -> str:
+            with contextlib.suppress(OSError):
+                name = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+                status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+                return (
+                    f"{name} (SigBlk {next(ln.split()[1] for ln in status.splitlines() if ln.startswith('SigBlk:'))})"
+                )
+            return f"{tid} (gone)"
+
+        threads = ", ".join(thread(t) for t in sorted(os.listdir(f"/proc/{pid}/task")) if int(t) != pid)
+        pytest.skip(
+            "this server has no other thread that takes SIGTERM: the kernel can only give it to the main one "
+            f"(its other threads: {threads or 'none'})"
+        )
     libc = ctypes.CDLL(None, use_errno=True)
     sys_tgkill = {"x86_64": 234, "aarch64": 131}.get(os.uname().machine)
     if sys_tgkill is None:
@@ -484,6 +499,39 @@ def test_a_stopping_server_declines_the_check_it_was_sent(tmp_path: Path, monkey
         check_server._handle(b)
         reply = check_server._recv(a)
     assert reply == {"decline": "the check server is stopping"}
+
+
+def test_a_check_whose_student_went_away_stops_even_if_the_sigint_is_lost() -> None:
+    """The watcher interrupts a check whose client went away with a SIGINT, whose
+    KeyboardInterrupt a gc callback may drop (JAX registers one); it also asks for the stop
+    (grader/host/interrupts.py), which ends the check's wait on its sandbox. Here the SIGINT is
+    lost for sure (ignored) and the check waits on a sandbox that says nothing for 60 s: it ends
+    as interrupted (130), and the stop is cleared for the next check."""
+    import io
+
+    from grader.host import interrupts
+    from grader.wire import protocol
+
+    quiet_r, quiet_w = os.pipe()  # a sandbox's channel, silent
+
+    def main(argv, out, err):  # type: ignore[no-untyped-def]
+        protocol.read_frame(quiet_r, deadline=time.monotonic() + 60, interrupt=interrupts.fd())
+        return 0  # the channel said something: never here
+
+    client, conn = socket.socketpair()
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        threading.Timer(1.0, client.close).start()  # the student pressed Ctrl-C
+        code = check_server._run_check(
+            SimpleNamespace(main=main), ["check"], SimpleNamespace(verbose=False), conn, io.StringIO(), io.StringIO()
+        )
+    finally:
+        signal.signal(signal.SIGINT, before)
+        conn.close()
+        for fd in (quiet_r, quiet_w):
+            os.close(fd)
+    assert code == 130
+    assert not interrupts.requested()
 
 
 def test_a_server_declines_another_device_count_and_makes_way(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -508,3 +508,25 @@ def test_abstract_keeps_structure_and_drops_every_value():
 def test_malformed_specs_are_rejected(node):
     with pytest.raises(ProtocolError, match="bad spec"):
         protocol.unpack_values({"values": {"x": node}, "arrays": []}, b"")
+
+
+def test_a_readable_interrupt_descriptor_raises_keyboard_interrupt_while_waiting(pipe):
+    """A stop asked while the frame is awaited (grader/host/interrupts.py writes a byte) ends the
+    wait at once with KeyboardInterrupt, with a deadline or without one."""
+    stop_r, stop_w = os.pipe()
+    try:
+        for deadline in (time.monotonic() + 60, None):
+            timer = threading.Timer(0.2, os.write, args=(stop_w, b"!"))
+            timer.start()
+            try:
+                with pytest.raises(KeyboardInterrupt):
+                    protocol.read_frame(pipe["r"], deadline=deadline, interrupt=stop_r)
+            finally:
+                timer.join()
+            os.read(stop_r, 16)
+        # not asked: the frame is read as ever
+        protocol.write_frame(pipe["w"], {"op": "x"})
+        assert protocol.read_frame(pipe["r"], deadline=time.monotonic() + 5, interrupt=stop_r)[0] == {"op": "x"}
+    finally:
+        os.close(stop_r)
+        os.close(stop_w)
