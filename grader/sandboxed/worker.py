@@ -37,6 +37,8 @@ IOPUB_TIMEOUT = 4
 #: The requests the worker forwards to the kernel (:func:`grader.sandboxed.kernel_side.serve`).
 KERNEL_REQUESTS = (messages.Probe, messages.Call, messages.Export, messages.Count)
 SEND_TIMEOUT = 5.0
+#: The module the kernel is started as (ipykernel without its debugger).
+KERNEL_LAUNCHER = "grader.sandboxed.kernel_launcher"
 WARMUP = (
     "import numpy, jax, jax.numpy, os as __jaxgrade_os__, sys as __jaxgrade_sys__\n"
     "__jaxgrade_sys__.path.append(__jaxgrade_os__.getcwd())\n"
@@ -90,6 +92,22 @@ async def _until_ready(kc: Any, timeout: float) -> None:
             raise RuntimeError(f"Kernel didn't respond in {timeout:g} seconds")
 
 
+def _kernel_manager_class() -> Any:
+    """nbclient's kernel manager, starting :mod:`grader.sandboxed.kernel_launcher` (ipykernel
+    without its debugger) where the kernel spec starts ``python -m ipykernel_launcher``."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class Manager(AsyncKernelManager):
+        def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
+            cmd = super().format_kernel_cmd(extra_arguments)
+            for i in range(len(cmd) - 1):
+                if cmd[i] == "-m" and cmd[i + 1] == "ipykernel_launcher":
+                    return [*cmd[: i + 1], KERNEL_LAUNCHER, *cmd[i + 2 :]]
+            return cmd
+
+    return Manager
+
+
 def _make_client(nb: Any, scratch: str, cell_timeout: float, output_cap: int) -> Any:
     from nbclient import NotebookClient
     from nbclient.util import ensure_async, run_sync
@@ -132,6 +150,7 @@ def _make_client(nb: Any, scratch: str, cell_timeout: float, output_cap: int) ->
         timeout=cell_timeout,
         timeout_func=lambda cell: cell.metadata.get("jaxgrade_timeout", cell_timeout),
         kernel_name="python3",
+        kernel_manager_class=_kernel_manager_class(),
         allow_errors=True,
         interrupt_on_timeout=True,
         error_on_timeout={"ename": "CellTimeoutError", "evalue": "timeout", "traceback": []},

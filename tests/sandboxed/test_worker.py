@@ -270,3 +270,29 @@ def test_a_request_that_gets_the_kernel_stuck_is_probed_before_its_strays_are_re
     assert stuck_reaps == [], "a stuck kernel was asked to reap its children"
     left = [int(e) for e in os.listdir("/proc") if e.isdigit() and _has_marker(int(e), marker)]
     assert left == [], f"processes of the stuck call were left running: {left}"
+
+
+# --------------------------------------------------------------------------- the kernel it starts
+
+
+def test_the_kernel_starts_without_ipykernels_debugger_and_the_student_can_still_import_debugpy(
+    tmp_path: Path,
+) -> None:
+    """grader/sandboxed/kernel_launcher.py: ipykernel's start leaves debugpy unimported (its
+    debugger is never used in grading, and importing it was 0.05 s of CPU in every kernel start),
+    and a notebook that imports debugpy itself gets it."""
+    runner = _runner(tmp_path, cell_timeout=60, max_restarts=0)
+    runner.start()
+    try:
+        runner.execute_notebook(
+            _notebook(
+                "import os, sys\nprint(open(f'/proc/{os.getpid()}/cmdline', 'rb').read().split(b'\\0')[2].decode())\n"
+                "print(sorted(m for m in sys.modules if m.split('.')[0] in ('debugpy', '_pydevd_bundle')))",
+                "import debugpy\nprint(debugpy.__name__)",
+            )
+        )
+    finally:
+        runner.kill()
+    assert [r.status for r in runner.records] == ["ok", "ok"], runner.records
+    assert runner.records[0].output == "grader.sandboxed.kernel_launcher\n[]\n", runner.records[0]
+    assert runner.records[1].output == "debugpy\n", runner.records[1]
