@@ -273,7 +273,7 @@ def _watch(args: argparse.Namespace, assignment: Assignment, path: Path, out: Te
     ahead = session = None
     print(f"jaxgrade check --watch: checking {path} each time it is saved; Ctrl-C to stop", file=err)
     # Ctrl-C, a closed terminal or a kill: clean up as for Ctrl-C; a signal dropped in a gc
-    # callback stops the loop at its next look (after a check that is running)
+    # callback stops a running check at its next wait on the sandbox, and the loop at its next look
     with _stops(signal.SIGTERM, signal.SIGHUP, signal.SIGINT) as stopped:
         try:
             while True:
@@ -402,7 +402,8 @@ def _grade_batch(batch: Batch, intake: IntakeReport, args: argparse.Namespace, o
             from grader.grading.grade import cache_status
 
             print(cache_status(assignment, batch.isolation, batch.cache, jobs=jobs, n=len(todo)), file=err)
-        # a Ctrl-C that a gc callback dropped (see _stops) stops the batch at the next result
+        # a Ctrl-C that a gc callback dropped (see _stops) stops the grading at its next wait on a
+        # sandbox or on the trusted pool (on a Dask cluster, at the next result)
         with _Progress(len(todo), err) as progress, _stops(signal.SIGINT) as stopped:
 
             def advance(rec: Record) -> None:

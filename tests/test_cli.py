@@ -280,8 +280,8 @@ def test_check_watch_checks_each_saved_version_with_a_sandbox_started_ahead(tmp_
 
 def test_check_watch_stops_on_a_sigterm_handled_inside_a_garbage_collector_callback(tmp_path: Path) -> None:
     """A signal's handler may run inside a garbage collector's callback (JAX registers one),
-    which drops the exception it raises: the watch must stop all the same (after the check that
-    is running), not watch on with its sandbox."""
+    which drops the exception it raises: the watch must stop all the same (a check that is
+    running stops at its next wait on the sandbox), not watch on with its sandbox."""
     import subprocess
     import sys
     import time
@@ -333,8 +333,10 @@ def test_grade_stops_on_a_ctrl_c_handled_inside_a_garbage_collector_callback(tmp
     import sqlite3
     import subprocess
     import sys
+    import time
+    import uuid
 
-    from tests.minicourse import as_from_a_terminal, make_minicourse, notebook, signal_inside_a_gc_callback
+    from tests.minicourse import as_from_a_terminal, make_minicourse, notebook, procs_with, signal_inside_a_gc_callback
 
     course = make_minicourse(tmp_path / "course")
     folder = tmp_path / "class"
@@ -346,12 +348,24 @@ def test_grade_stops_on_a_ctrl_c_handled_inside_a_garbage_collector_callback(tmp
     script = signal_inside_a_gc_callback("grader.cli:main", "'jax' in sys.modules", "SIGINT")
     out = tmp_path / "out"
     args = ["--course", str(course), "grade", "--assignment", "double", "--jobs", "1", "--out", str(out), str(folder)]
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    tag = uuid.uuid4().hex
     proc = subprocess.run(
-        as_from_a_terminal([sys.executable, "-c", script, *args]), capture_output=True, text=True, timeout=600
+        as_from_a_terminal([sys.executable, "-c", script, *args]),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "JAXGRADE_TEST_TAG": tag, "TMPDIR": str(scratch)},
     )
     assert proc.returncode == 130 and "interrupted; results written so far are kept" in proc.stderr, proc.stderr[-2000:]
     kept = sqlite3.connect(out / "gradebook.db").execute("SELECT student FROM results").fetchall()
     assert kept == [], kept
+    # the interrupted notebook's sandbox went with it
+    deadline = time.monotonic() + 20
+    while (procs_with(tag) or list(scratch.glob("jaxgrade-*"))) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert procs_with(tag) == [] and list(scratch.glob("jaxgrade-*")) == []
 
 
 def test_a_sandbox_started_ahead_is_used_only_as_it_would_be_started_now_and_while_alive() -> None:

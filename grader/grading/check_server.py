@@ -470,9 +470,11 @@ def _run_check(cli: Any, argv: list[str], args: Any, conn: socket.socket, out: T
                 with lock:
                     if not done.is_set():
                         # the SIGINT's KeyboardInterrupt stops the check at once, unless a gc
-                        # callback drops it; the request then stops its next wait on a sandbox
-                        interrupts.request()
+                        # callback drops it; the request then stops its next wait on a sandbox.
+                        # The signal first: a request first could wake the wait, whose
+                        # KeyboardInterrupt the SIGINT's would then cut short, in the cleanup
                         signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+                        interrupts.request()
                 return
 
     watcher = threading.Thread(target=watch, name="check-server-client", daemon=True)

@@ -19,18 +19,22 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 
 _pipe: tuple[int, int] = (-1, -1)
+_asked = False
 
 
 def _new_pipe() -> None:
-    global _pipe
-    _pipe = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    global _pipe, _asked
+    read, write = os.pipe()  # not inherited by the processes this one starts (PEP 446)
+    for end in (read, write):
+        os.set_blocking(end, False)
+    _pipe, _asked = (read, write), False
 
 
 _new_pipe()
-os.register_at_fork(after_in_child=_new_pipe)  # a forked child's stop is its own, not its parent's
+if hasattr(os, "register_at_fork"):  # not on Windows (where the self-check imports this too)
+    os.register_at_fork(after_in_child=_new_pipe)  # a forked child's stop is its own, not its parent's
 
 
 def fd() -> int:
@@ -41,18 +45,21 @@ def fd() -> int:
 def request() -> None:
     """Ask this process's grading to stop: its next (or current) wait on a sandbox raises
     KeyboardInterrupt.  Safe in a signal handler and from any thread."""
+    global _asked
+    _asked = True
     with contextlib.suppress(OSError):  # a full pipe (BlockingIOError) is asked already
         os.write(_pipe[1], b"!")
 
 
 def requested() -> bool:
     """Whether a stop was asked and not cleared since."""
-    readable, _, _ = select.select([_pipe[0]], [], [], 0)
-    return bool(readable)
+    return _asked
 
 
 def clear() -> None:
     """Forget the stops asked so far (the stop they asked for is done)."""
+    global _asked
+    _asked = False
     with contextlib.suppress(OSError):  # BlockingIOError: nothing (more) to read
         while os.read(_pipe[0], 4096):
             pass

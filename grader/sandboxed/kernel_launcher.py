@@ -1,7 +1,7 @@
 """The student's kernel: ipykernel's own, started without its debugger.
 
 ipykernel imports debugpy as it starts, to offer Jupyter's visual debugger, which grading never
-uses: about 0.05 s of CPU in every kernel start (each submission's, and each restart's).  Here
+uses: about 0.06 s of CPU in every kernel start (each submission's, and each restart's).  Here
 that import is refused while ipykernel looks for debugpy (it then runs without a debugger, as
 where debugpy is not installed), and allowed again before any of the student's code runs: a
 notebook that imports debugpy itself gets it.  Otherwise this is ``python -m ipykernel_launcher``.
@@ -12,6 +12,7 @@ grader.sandboxed.kernel_launcher -f CONNECTION_FILE``, in the sandbox.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,10 @@ def main() -> None:
     refuse = _Refuse()
     sys.meta_path.insert(0, refuse)
     try:
-        import ipykernel.debugger  # noqa: F401  (it notes that debugpy is not available)
+        # it notes that debugpy is not available (an ipykernel without this module has no
+        # debugger to skip: it starts as ever)
+        with contextlib.suppress(ImportError):
+            import ipykernel.debugger  # noqa: F401
     finally:
         sys.meta_path.remove(refuse)
     from ipykernel import kernelapp

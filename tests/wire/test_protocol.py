@@ -517,12 +517,17 @@ def test_a_readable_interrupt_descriptor_raises_keyboard_interrupt_while_waiting
     try:
         for deadline in (time.monotonic() + 60, None):
             timer = threading.Timer(0.2, os.write, args=(stop_w, b"!"))
+            # without a deadline, an interrupt that did not work would wait for ever: a frame
+            # comes after 30 s, and then the read returns it instead of raising
+            fallback = threading.Timer(30, protocol.write_frame, args=(pipe["w"], {"op": "late"}))
             timer.start()
+            fallback.start()
             try:
                 with pytest.raises(KeyboardInterrupt):
                     protocol.read_frame(pipe["r"], deadline=deadline, interrupt=stop_r)
             finally:
                 timer.join()
+                fallback.cancel()
             os.read(stop_r, 16)
         # not asked: the frame is read as ever
         protocol.write_frame(pipe["w"], {"op": "x"})
