@@ -622,6 +622,9 @@ def warm_cache(assignment: Assignment, isolation: str, final: Path, *, alternati
         log.warning("could not warm the compilation cache in %s: %s", final, exc)
         xla_cache.discard(staged)
         return 0
+    except BaseException:  # Ctrl-C: nothing half-warmed is left behind either
+        xla_cache.discard(staged)
+        raise
 
 
 def grade_many(

@@ -353,6 +353,22 @@ def test_the_cache_holds_what_the_starter_and_the_alternatives_compiled(
     assert grade_notebook(a, only_starter, xla_cache=xla_cache.ready(base)).score == 4
 
 
+def test_a_ctrl_c_while_warming_leaves_no_staged_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from grader.grading import grade as grading
+
+    monkeypatch.setenv("JAXGRADE_CACHE_DIR", str(tmp_path / "cache"))
+    course = make_minicourse(tmp_path / "course")
+    a = load_course(course).assignment("double", staff=True)
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(grading, "grade_notebook", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        warm_cache(a, "bwrap", tmp_path / "cache" / "xla" / "x")
+    assert [p.name for p in (tmp_path / "cache" / "xla").iterdir()] == []
+
+
 def test_warming_failure_costs_nothing_but_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JAXGRADE_CACHE_DIR", str(tmp_path / "cache"))
     course = make_minicourse(tmp_path / "course")
