@@ -37,6 +37,8 @@ IOPUB_TIMEOUT = 4
 #: The requests the worker forwards to the kernel (:func:`grader.sandboxed.kernel_side.serve`).
 KERNEL_REQUESTS = (messages.Probe, messages.Call, messages.Export, messages.Count)
 SEND_TIMEOUT = 5.0
+#: Passes over /proc that :meth:`NotebookRunner.reap_strays` makes at most, until one finds nothing.
+REAP_PASSES = 10
 #: The module the kernel is started as (ipykernel without its debugger).
 KERNEL_LAUNCHER = "grader.sandboxed.kernel_launcher"
 WARMUP = (
@@ -232,16 +234,25 @@ class NotebookRunner:
             keep.add(kernel)
         marker = os.environ.get("JAXGRADE_SANDBOX", "")
         killed = 0
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit() or int(entry) in keep:
-                continue
-            if not self.own_pid_namespace and not _has_marker(int(entry), marker):
-                continue  # without a PID namespace, only processes that carry this sandbox's marker
-            try:
-                os.kill(int(entry), signal.SIGKILL)
-                killed += 1
-            except OSError:
-                continue
+        dead: set[int] = set()
+        # again until a pass finds nothing: a process may fork while a pass lists /proc (a
+        # daemon's double fork), and its child, not listed yet, would outlive a single pass
+        for _ in range(REAP_PASSES):
+            found = 0
+            for entry in os.listdir("/proc"):
+                if not entry.isdigit() or int(entry) in keep or int(entry) in dead:
+                    continue
+                if not self.own_pid_namespace and not _has_marker(int(entry), marker):
+                    continue  # without a PID namespace, only processes that carry this sandbox's marker
+                try:
+                    os.kill(int(entry), signal.SIGKILL)
+                except OSError:
+                    continue
+                dead.add(int(entry))  # a zombie until its parent reaps it: not killed twice
+                found += 1
+            killed += found
+            if not found:
+                break
         if killed and self.alive:
             # the kernel's own children stay zombies (counted by RLIMIT_NPROC) until it reaps them
             self._synthetic("__import__('grader.sandboxed.kernel_side').sandboxed.kernel_side.reap_children()", 10)

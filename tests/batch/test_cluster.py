@@ -61,10 +61,19 @@ def run(*argv: str) -> tuple[int, str]:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[distributed.LocalCluster]:
-    with distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
-    ) as c:
-        yield c
+    # a Nanny sets its workers' variables (OPENBLAS_NUM_THREADS=1 and others: distributed's
+    # `pre-spawn-environ`) in THIS process's environment as it starts one: put it back after, or
+    # every process the later tests of this pytest worker start inherits them (a check server
+    # then had no OpenBLAS thread, and test_check_server's tgkill test skipped in some runs)
+    saved = dict(os.environ)
+    try:
+        with distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+        ) as c:
+            yield c
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 @pytest.fixture
