@@ -100,26 +100,23 @@ def _assignment(args: argparse.Namespace, name: str, *, staff: bool = True, star
 @contextlib.contextmanager
 def _stops(*signals: int) -> Iterator[Callable[[], None]]:
     """While in the block, each of ``signals`` raises KeyboardInterrupt at once, as Python's
-    Ctrl-C does, and is noted too: a handler may run inside a garbage collector's callback (JAX
-    has one), which drops what it raises.  A noted stop also stops the wait on a sandbox that is
-    going on, or the next (grader/host/interrupts.py), so the notebook being graded stops too.
-    The function given raises KeyboardInterrupt when one was noted: call it where the work may
-    stop.  Only in the main thread (elsewhere no handler can be set), and SIGINT only where it
-    is Python's Ctrl-C: a command started with it ignored (a background job of a shell that is
-    not interactive) keeps ignoring the Ctrl-C meant for the foreground."""
+    Ctrl-C does, and asks the stop of grader/host/interrupts.py too: a handler may run inside a
+    garbage collector's callback (JAX has one), which drops what it raises, and the asked stop
+    still ends the wait on a sandbox that is going on, or the next, so the notebook being graded
+    stops too.  The function given raises KeyboardInterrupt when a stop was asked: call it where
+    the work may stop.  Only in the main thread (elsewhere no handler can be set), and SIGINT
+    only where it is Python's Ctrl-C: a command started with it ignored (a background job of a
+    shell that is not interactive) keeps ignoring the Ctrl-C meant for the foreground."""
     import threading
 
     from grader.host import interrupts
 
-    noted: list[int] = []
-
     def stop(signum: int, frame: Any) -> None:
-        noted.append(signum)
         interrupts.request()
         raise KeyboardInterrupt
 
     def stopped() -> None:
-        if noted:
+        if interrupts.requested():
             raise KeyboardInterrupt
 
     ours = [
@@ -129,6 +126,8 @@ def _stops(*signals: int) -> Iterator[Callable[[], None]]:
         and (sig != signal.SIGINT or signal.getsignal(signal.SIGINT) is signal.default_int_handler)
     ]
     before: dict[int, Any] = {}
+    if ours:
+        interrupts.clear()  # a stop asked before the block is not this block's
     try:
         for sig in ours:
             before[sig] = signal.signal(sig, stop)
@@ -136,7 +135,7 @@ def _stops(*signals: int) -> Iterator[Callable[[], None]]:
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
-        if noted:
+        if ours:
             interrupts.clear()  # the stop is done
 
 
@@ -282,9 +281,8 @@ def _watch(args: argparse.Namespace, assignment: Assignment, path: Path, out: Te
                 data = settled()
                 digest = hashlib.sha256(data).hexdigest() if data is not None else None
                 if digest is not None and digest != checked:
-                    assignment = _assignment(
-                        args, name, staff=False, start=path.resolve().parent
-                    )  # edits to tests count
+                    # read again for each check: edits to the tests count
+                    assignment = _assignment(args, name, staff=False, start=path.resolve().parent)
                     if assignment.config.devices != devices:
                         raise CliError(
                             f"the assignment's device count changed ({devices} to {assignment.config.devices})",

@@ -1,0 +1,69 @@
+"""The student's kernel's start, with ipykernel's debugger (``python -m ipykernel_launcher``, the
+baseline) and without it (``python -m grader.sandboxed.kernel_launcher``, what the worker starts),
+side by side in one run.
+
+Each start is a real kernel, started by jupyter_client and waited for until it answers, then
+shut down; the figure is the kernel process's CPU seconds up to then, as in a sandbox
+(``OPENBLAS_NUM_THREADS=1``).  The two alternate, so that the machine's drift falls on both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+COMMANDS = {
+    "ipykernel_launcher (baseline: debugpy imported)": "ipykernel_launcher",
+    "grader.sandboxed.kernel_launcher (no debugger)": "grader.sandboxed.kernel_launcher",
+}
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start_once(module: str) -> float:
+    """CPU seconds of one kernel, from its start to its first answer."""
+    from jupyter_client import KernelManager
+
+    km = KernelManager(kernel_name="python3")
+    km.kernel_spec.argv = [sys.executable, "-m", module, "-f", "{connection_file}"]
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    km.start_kernel(env=env, stderr=subprocess.DEVNULL)
+    try:
+        kc = km.client()
+        kc.start_channels()
+        kc.wait_for_ready(timeout=60)
+        seconds = cpu_seconds(km.provisioner.process.pid)
+        kc.stop_channels()
+        return seconds
+    finally:
+        km.shutdown_kernel(now=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--runs", type=int, default=20, help="kernel starts of each kind (default 20)")
+    args = p.parse_args()
+    got: dict[str, list[float]] = {label: [] for label in COMMANDS}
+    for _ in range(args.runs):
+        for label, module in COMMANDS.items():
+            got[label].append(start_once(module))
+    base = statistics.mean(got[next(iter(COMMANDS))])
+    print(f"{args.runs} kernel starts of each, alternating; CPU seconds of the kernel until it answers")
+    print(f"{'kernel':50s} {'mean s':>7s} {'± se':>6s} {'vs baseline':>12s}")
+    for label, values in got.items():
+        mean = statistics.mean(values)
+        se = statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else 0.0
+        print(f"{label:50s} {mean:7.3f} {se:6.3f} {mean / base:11.2f}x")
+
+
+if __name__ == "__main__":
+    main()
