@@ -488,6 +488,9 @@ def _run_check(cli: Any, argv: list[str], args: Any, conn: socket.socket, out: T
     except KeyboardInterrupt:  # the watcher's, come just as cli.main was returning
         return 130
     finally:
+        # where a SIGINT from outside lands as the inner finally takes the lock, `done` is not set
+        # yet: the watcher would go on (and the join below wait) until the client went away
+        done.set()
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
         watcher.join()

@@ -534,6 +534,57 @@ def test_a_check_whose_student_went_away_stops_even_if_the_sigint_is_lost() -> N
     assert not interrupts.requested()
 
 
+def test_a_sigint_from_outside_as_the_check_ends_does_not_leave_the_watcher_waiting_on_the_client() -> None:
+    """A SIGINT from outside (``kill -INT``) whose KeyboardInterrupt lands as the check's end
+    takes the watcher's lock, before it marks the check done: the check ends as interrupted
+    (130) at once, not when the student's client goes away. The KeyboardInterrupt is raised at
+    that very line by a trace function (a signal cannot be timed to land there)."""
+    import io
+    import linecache
+
+    stopped: list[bool] = []
+
+    def main(argv, out, err):  # type: ignore[no-untyped-def]
+        caller = sys._getframe(1)  # _run_check's
+
+        def tracer(frame, event, arg):  # type: ignore[no-untyped-def]
+            line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+            if frame is caller and event == "line" and line == "done.set()":
+                sys.settrace(None)
+                frame.f_trace = None
+                stopped.append(True)
+                raise KeyboardInterrupt
+            return tracer
+
+        caller.f_trace = tracer
+        sys.settrace(tracer)
+        return 0
+
+    client, conn = socket.socketpair()
+    went_away: list[bool] = []
+
+    def go_away() -> None:  # so that the code before the fix ends too (its watcher waits on the client)
+        went_away.append(True)
+        client.close()
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the watcher's own SIGINT, if it sends one
+    timer = threading.Timer(20.0, go_away)
+    timer.start()
+    try:
+        code = check_server._run_check(
+            SimpleNamespace(main=main), ["check"], SimpleNamespace(verbose=False), conn, io.StringIO(), io.StringIO()
+        )
+    finally:
+        sys.settrace(None)
+        timer.cancel()
+        signal.signal(signal.SIGINT, before)
+        conn.close()
+        client.close()
+    assert stopped == [True]  # the KeyboardInterrupt did land where the test means it to
+    assert code == 130
+    assert not went_away, "the check waited for its client to go away"
+
+
 def test_a_server_declines_another_device_count_and_makes_way(monkeypatch: pytest.MonkeyPatch) -> None:
     state = check_server._Serving(devices=1)
     monkeypatch.setattr(check_server, "_SERVING", state)
