@@ -401,7 +401,7 @@ def _grade_batch(batch: Batch, intake: IntakeReport, args: argparse.Namespace, o
 
             print(cache_status(assignment, batch.isolation, batch.cache, jobs=jobs, n=len(todo)), file=err)
         # a Ctrl-C that a gc callback dropped (see _stops) stops the grading at its next wait on a
-        # sandbox or on the trusted pool (on a Dask cluster, at the next result)
+        # sandbox or on the trusted pool (on a Dask cluster, at the next result; the workers' tasks then stop theirs)
         with _Progress(len(todo), err) as progress, _stops(signal.SIGINT) as stopped:
 
             def advance(rec: Record) -> None:

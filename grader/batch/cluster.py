@@ -27,6 +27,12 @@ progress line and the summary are the same code.
   future, whose result arrives once, and the gradebook is keyed: nothing is committed twice.
 - **Isolation**: a worker grades in bubblewrap, and refuses without it, unless the coordinator
   was given ``--isolation process``.
+- **A batch stopped early** (Ctrl-C, a refusal, a full disk on the coordinator): the coordinator
+  sets the run's ``distributed.Event`` and cancels what has not started.  A task that is grading
+  looks at that event every :data:`STOP_POLL` seconds while it waits for its child, and kills the
+  child (its sandboxes die with it) when it is set: the notebooks being graded stop too.  A
+  coordinator that dies without a word (SIGKILL, a lost connection) sets nothing: its running
+  tasks finish their notebooks, and their results are dropped.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ import hashlib
 import json
 import logging
 import os
+import select
 import shutil
 import stat
 import subprocess
@@ -334,6 +341,14 @@ class _ChildLost(Exception):
         self.exitcode = exitcode
 
 
+class _Stopped(Exception):
+    """The coordinator stopped the batch while this task was grading: its child was killed."""
+
+
+#: Seconds between two looks at the run's stop event by a task waiting for its child.
+STOP_POLL = 1.0
+
+
 class _Child:
     """A trusted grading process of this Dask worker thread: one JSON line in, one JSON line out."""
 
@@ -348,11 +363,19 @@ class _Child:
             env=env,
         )
 
-    def call(self, args: list[Any]) -> Any:
+    def call(self, args: list[Any], stopped: Callable[[], bool] | None = None) -> Any:
+        """The child's answer to ``args``; with ``stopped``, asked every :data:`STOP_POLL` seconds
+        while the child works, the child is killed and :class:`_Stopped` raised once it says so."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
         try:
             self.proc.stdin.write(json.dumps(args).encode() + b"\n")
             self.proc.stdin.flush()
+            # one line per request, read whole: nothing is left in the reader's buffer between
+            # two calls, so select() on the pipe says whether the next reply has begun
+            while stopped is not None and not select.select([self.proc.stdout], [], [], STOP_POLL)[0]:
+                if stopped():
+                    self.close()
+                    raise _Stopped
             line = self.proc.stdout.readline()
         except (BrokenPipeError, OSError):
             line = b""
@@ -375,17 +398,21 @@ _THREAD = threading.local()
 ATTEMPTS = 2  # as the local pool: a lost child is replaced and the submission graded once more
 
 
-def _in_child(devices: int, args: list[Any], trusted_cache: bool) -> Any:
+def _in_child(devices: int, args: list[Any], trusted_cache: bool, stopped: Callable[[], bool] | None = None) -> Any:
     """``grader.grading.grade._task(*args)`` in this thread's child (one per device count, and
     per whether it keeps its compilations: ``trusted_cache``, see ``grade._init_worker``); a
-    :class:`Lost` after ``ATTEMPTS`` deaths."""
+    :class:`Lost` after ``ATTEMPTS`` deaths; :class:`_Stopped` (the child killed) once
+    ``stopped()`` says the batch was stopped."""
     children: dict[tuple[int, bool], _Child] = _THREAD.__dict__.setdefault("children", {})
     which = (devices, trusted_cache)
     exitcode: int | None = None
     for attempt in range(1, ATTEMPTS + 1):
         child = children.get(which) or children.setdefault(which, _Child(devices, trusted_cache))
         try:
-            return child.call(args)
+            return child.call(args, stopped)
+        except _Stopped:
+            del children[which]
+            raise
         except _ChildLost as exc:
             del children[which]
             exitcode = exc.exitcode
@@ -397,7 +424,7 @@ _WARM_LOCK = threading.Lock()
 _WARM_TRIED: set[str] = set()
 
 
-def _cache_for(assignment: Assignment, root: Path, iso: str) -> str | None:
+def _cache_for(assignment: Assignment, root: Path, iso: str, stopped: Callable[[], bool] | None = None) -> str | None:
     """This machine's trusted compilation cache: warmed by the first task that finds none (the
     others grade without it meanwhile)."""
     if iso != "bwrap":
@@ -408,10 +435,30 @@ def _cache_for(assignment: Assignment, root: Path, iso: str) -> str | None:
             if str(final) not in _WARM_TRIED:  # the folder's name covers the starter too
                 _WARM_TRIED.add(str(final))
                 warm_args = ["warm", str(root), assignment.name, iso, str(final), False]
-                _in_child(assignment.config.devices, warm_args, trusted_cache=True)
+                try:
+                    _in_child(assignment.config.devices, warm_args, trusted_cache=True, stopped=stopped)
+                except _Stopped:  # a later batch warms it
+                    _WARM_TRIED.discard(str(final))
+                    raise
         finally:
             _WARM_LOCK.release()
     return str(final)  # the child reads it only once it is published
+
+
+def _stop_event(name: str | None) -> Callable[[], bool] | None:
+    """Whether the coordinator has set the run's stop event (:func:`grade_on_cluster`); a
+    scheduler that cannot say is taken as no stop."""
+    if not name:
+        return None
+    event = distributed.Event(name)
+
+    def stopped() -> bool:
+        try:
+            return bool(event.is_set())
+        except Exception:
+            return False
+
+    return stopped
 
 
 def grade_task(bundle: CourseBundle, request: dict[str, Any]) -> dict[str, Any]:
@@ -422,14 +469,18 @@ def grade_task(bundle: CourseBundle, request: dict[str, Any]) -> dict[str, Any]:
     if hashlib.sha256(data).hexdigest() != request["sha256"]:
         raise RuntimeError(f"worker {_here()}: {request['student']}'s notebook arrived with another sha256")
     assignment = load_course(root).assignment(bundle.name, staff=not request["public_only"])
-    cache = _cache_for(assignment, root, iso) if request["cache"] else None
-    with _submission_folder() as tmp:
-        path = tmp / "submission.ipynb"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        args = ["grade", str(root), bundle.name, str(path), request["student"], iso, request["public_only"], cache]
-        result = _in_child(assignment.config.devices, args, trusted_cache=cache is not None)
+    stopped = _stop_event(request.get("stop"))
+    try:
+        cache = _cache_for(assignment, root, iso, stopped) if request["cache"] else None
+        with _submission_folder() as tmp:
+            path = tmp / "submission.ipynb"
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            args = ["grade", str(root), bundle.name, str(path), request["student"], iso, request["public_only"], cache]
+            result = _in_child(assignment.config.devices, args, trusted_cache=cache is not None, stopped=stopped)
+    except _Stopped:  # nobody waits for this result
+        return {"stopped": True, "worker": _here()}
     if isinstance(result, Lost):
         return {"lost": {"attempts": result.attempts, "exitcode": result.exitcode}}
     if isinstance(result, Raised):
@@ -504,6 +555,11 @@ def _received(assignment: Assignment, path: Path, student: str, sha: str, future
             "Install bubblewrap on the workers (and allow unprivileged user namespaces, or run them as root); "
             "or pass --isolation process to grade there without it",
         ) from None
+    if "stopped" in reply:  # only this coordinator sets its run's event, and only as it stops
+        raise ClusterError(
+            f"worker {reply.get('worker')} stopped grading {student}: this batch's stop event was set while it ran",
+            "Run the same command again (results graded so far are kept); only the coordinator should set it",
+        )
     if "lost" in reply:
         return _lost_record(assignment, path, student, Lost(**reply["lost"]))
     if "raised" in reply:  # a grader bug while grading this one: never kept, the batch goes on
@@ -544,6 +600,7 @@ def grade_on_cluster(
     run = uuid.uuid4().hex[:8]
     with _connect(scheduler) as client:
         course = client.submit(_course_of, bundle, key=f"jaxgrade-course-{bundle.version}-{run}", pure=False)
+        stop = f"jaxgrade-stop-{bundle.version}-{run}"  # set if the batch stops early: running tasks stop too
         futures: dict[distributed.Future, tuple[Path, str, str]] = {}
         for p in paths:
             data = p.read_bytes()
@@ -555,6 +612,7 @@ def grade_on_cluster(
                 "isolation": isolation,
                 "public_only": public_only,
                 "cache": cache,
+                "stop": stop,
             }
             key = f"jaxgrade-{assignment.name}-{student}-{sha[:12]}-{run}"
             futures[client.submit(grade_task, course, request, key=key, pure=False)] = (p, student, sha)
@@ -566,8 +624,10 @@ def grade_on_cluster(
                 if on_result:
                     on_result(p, rec)
         finally:
-            if futures:  # stopped early (a refusal, a full disk, Ctrl-C): start nothing more (a task
-                # already running on a worker finishes its notebook; its result is dropped)
+            if futures:  # stopped early (a refusal, a full disk, Ctrl-C): the running tasks kill their
+                # children (and so their sandboxes) at their next look at the event; nothing more starts
+                with contextlib.suppress(Exception):
+                    distributed.Event(stop, client=client).set()
                 client.cancel(list(futures), force=True)
     return out
 

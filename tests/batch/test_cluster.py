@@ -186,6 +186,44 @@ def test_a_worker_killed_mid_batch_costs_nothing(
     assert sorted(rows) == [(s,) for s in sorted(students)]  # every student exactly once
 
 
+def test_a_batch_stopped_early_stops_the_notebooks_being_graded_too(
+    cluster: distributed.LocalCluster, course: Path, tmp_path: Path
+) -> None:
+    """A Ctrl-C on the coordinator while a worker grades a notebook of long cells: the task kills
+    its grading process (and so the sandbox) at its next look at the run's stop event, instead of
+    grading that notebook to its end for a result nobody waits for."""
+    from grader.batch.cluster import STOP_POLL, grade_on_cluster
+
+    long = build_notebook("import time\ntime.sleep(50)", "def double(x):\n    return 2 * x")
+    folder = make_class(tmp_path / "class", {"s0_long": long, "s1_zero": notebook("zero")})
+    assignment = load_course(course).assignment("double", staff=True)
+    with distributed.Client(cluster, set_as_default=False) as client:
+        pids = client.run(os.getpid)
+    grading: list[int] = []
+
+    def ctrl_c(path: Path, rec: Record) -> None:  # at s1_zero's result, s0_long is in its long cell
+        deadline = time.monotonic() + 30
+        while not grading and time.monotonic() < deadline:
+            grading.extend(c for pid in pids.values() if (c := _grading(pid)))
+            time.sleep(0.1)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        grade_on_cluster(
+            assignment,
+            sorted(folder.glob("*.ipynb")),
+            scheduler=cluster.scheduler_address,
+            isolation="bwrap",
+            on_result=ctrl_c,
+            cache=False,
+        )
+    assert len(grading) == 1, "s0_long's grading process, with its sandbox, was not found"
+    deadline = time.monotonic() + STOP_POLL + 10
+    while not _gone(grading[0]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _gone(grading[0]), "the notebook went on being graded after the batch stopped"
+
+
 def _pretend_jaxgrade(version: str) -> None:
     grader.__version__ = version  # Assignment.version() reads it at each call
 
@@ -332,6 +370,8 @@ def test_a_result_is_checked_and_a_killed_worker_gives_a_lost_record(tmp_path: P
         _received(assignment, path, "s0", sha, _Answered({"record": other, "worker": "tcp://10.0.0.9:4000"}))
     with pytest.raises(ClusterError, match="something that is not a result record"):
         _received(assignment, path, "s0", sha, _Answered({"record": {"assignment": "double"}}))
+    with pytest.raises(ClusterError, match="stopped grading s0: this batch's stop event was set while it ran"):
+        _received(assignment, path, "s0", sha, _Answered({"stopped": True, "worker": "tcp://10.0.0.9:4000"}))
     mine = dict(other, student="s0", source="/tmp/jaxgrade-nb-x/submission.ipynb")
     assert _received(assignment, path, "s0", sha, _Answered({"record": mine})).source == str(path)
 
