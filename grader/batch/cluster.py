@@ -450,7 +450,11 @@ def _stop_event(name: str | None) -> Callable[[], bool] | None:
     scheduler that cannot say is taken as no stop."""
     if not name:
         return None
-    event = distributed.Event(name)
+    try:
+        event = distributed.Event(name)  # through this worker's client to the scheduler
+    except Exception as exc:  # grading goes on; only an early stop would not reach this task
+        log.warning("worker %s cannot watch for the batch's stop: %s", _here(), exc)
+        return None
 
     def stopped() -> bool:
         try:
