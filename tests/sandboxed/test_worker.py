@@ -296,3 +296,41 @@ def test_the_kernel_starts_without_ipykernels_debugger_and_the_student_can_still
     assert [r.status for r in runner.records] == ["ok", "ok"], runner.records
     assert runner.records[0].output == "True\n[]\n", runner.records[0]
     assert runner.records[1].output == "debugpy\n", runner.records[1]
+
+
+def test_the_reaper_kills_a_child_forked_while_it_listed_proc(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stray that forks while the reaper lists /proc (a daemon's double fork) leaves a child
+    that listing did not see; the reaper lists again until a pass finds nothing, so the child is
+    killed too. /proc is a fake here, so that the fork lands between the listing and the kill
+    every time (on real processes the window is a few microseconds: once in about 70 runs of
+    test_no_process_survives_close[process] under load)."""
+    from types import SimpleNamespace
+
+    from grader.sandboxed import worker
+
+    parent, child = 5_000_001, 5_000_002  # above Linux's PID_MAX_LIMIT (2**22): never a real process
+    procs = {parent}
+    killed: list[int] = []
+    real_listdir, real_kill = os.listdir, os.kill
+
+    def listdir(path: Any = ".") -> list[str]:
+        if path != "/proc":
+            return real_listdir(path)
+        return [*(str(p) for p in sorted(procs)), "self", "meminfo"]
+
+    def kill(pid: int, sig: int) -> None:
+        if pid not in (parent, child):
+            return real_kill(pid, sig)
+        if pid not in procs:
+            raise ProcessLookupError(pid)
+        procs.discard(pid)
+        killed.append(pid)
+        if pid == parent:
+            procs.add(child)  # it had forked after the listing, before the SIGKILL
+        return None
+
+    monkeypatch.setattr(worker.os, "listdir", listdir)
+    monkeypatch.setattr(worker.os, "kill", kill)
+    runner = SimpleNamespace(kernel_pid=lambda: None, own_pid_namespace=True, alive=False)
+    assert NotebookRunner.reap_strays(runner) == 2  # type: ignore[arg-type]
+    assert killed == [parent, child] and not procs
