@@ -132,6 +132,10 @@ def _make_client(nb: Any, scratch: str, cell_timeout: float, output_cap: int) ->
 
         start_new_kernel_client = run_sync(async_start_new_kernel_client)
 
+        async def _async_poll_for_reply(self, msg_id: str, *args: Any) -> Any:
+            self._jaxgrade_pending = msg_id  # the request an interrupt answers (NotebookRunner._interrupted_reply)
+            return await super()._async_poll_for_reply(msg_id, *args)
+
         async def _async_handle_timeout(self, timeout: int, cell: Any = None) -> Any:
             self.iopub_timeout = 0  # interrupted: no wait for its output (NotebookRunner._exec restores it)
             return await super()._async_handle_timeout(timeout, cell)
@@ -343,17 +347,60 @@ class NotebookRunner:
         if status == "died":
             return "died", reply
         # timed out and interrupted: is the kernel responsive again?
-        if self._answers_after_interrupt():
-            return "timeout", reply
+        answers, interrupted = self._answers_after_interrupt()
+        if answers:
+            count = (interrupted or {}).get("execution_count")
+            if isinstance(count, int):  # functions it defined before the interrupt are this cell's
+                self.exec_map[count] = index
+            return "timeout", interrupted or reply  # its traceback says where the cell was
         return "stuck", reply
 
-    def _answers_after_interrupt(self) -> bool:
-        """Whether the kernel answers a trivial cell within messages.PROBE_TIMEOUT of an interrupt.  One
-        that does not is stuck: no cell is run in it any more (``alive`` is False) until it is replaced."""
+    def _answers_after_interrupt(self) -> tuple[bool, dict[str, Any] | None]:
+        """Whether the kernel, within messages.PROBE_TIMEOUT of an interrupt, answers the request
+        it was running and then a trivial cell; and that first answer (None if it did not come).
+        One that does not answer is stuck: no cell is run in it any more (``alive`` is False)
+        until it is replaced."""
+        interrupted, came = self._interrupted_reply(messages.PROBE_TIMEOUT)
+        if not came:  # still running what was interrupted: the probe would only queue behind it
+            self.alive = False
+            return False, None
         probe, _ = self._synthetic("pass", messages.PROBE_TIMEOUT)
         if probe != "ok":
             self.alive = False
-        return probe == "ok"
+        return probe == "ok", interrupted
+
+    def _interrupted_reply(self, timeout: float) -> tuple[dict[str, Any] | None, bool]:
+        """The content of the kernel's reply to the request that was interrupted (for a cell
+        stopped by the interrupt: a KeyboardInterrupt with the traceback of where it was), and
+        whether it came within ``timeout`` seconds.  Where nbclient did not say which request that
+        was, (None, True): the probe alone decides.  Only feedback reads the content (where the
+        cell was); it decides nothing."""
+        from queue import Empty
+
+        from nbclient.util import ensure_async, run_sync
+
+        msg_id = getattr(self.client, "_jaxgrade_pending", None)
+        kc = self.client.kc
+        if msg_id is None or kc is None:
+            return None, True
+        deadline = time.monotonic() + timeout
+
+        async def read() -> dict[str, Any] | None:
+            while (left := deadline - time.monotonic()) > 0:
+                try:
+                    msg = await ensure_async(kc.shell_channel.get_msg(timeout=left))
+                except Empty:
+                    return None
+                if isinstance(msg, dict) and msg.get("parent_header", {}).get("msg_id") == msg_id:
+                    content = msg.get("content")
+                    return content if isinstance(content, dict) else {}
+            return None
+
+        try:
+            content = run_sync(read)()
+        except Exception:  # the channel is gone: the probe says whether the kernel is
+            return None, True
+        return content, content is not None
 
     def execute_notebook(
         self, nb: Any, *, skip: set[int] = frozenset(), on_cell: Callable[[int], None] | None = None
@@ -392,6 +439,9 @@ class NotebookRunner:
                 rec["status"] = "error"
             elif status == "timeout":
                 rec.update(status="timeout", message=f"interrupted after {self.cell_timeout:g}s")
+                loc = _locate(_traceback(reply), self.exec_map, self.cells, i, syntax_error=False)
+                if loc:  # the student's line it was running when the time ran out (maybe a function's, in another cell)
+                    rec["location"] = loc
             elif status in ("stuck", "died"):
                 why = (
                     f"did not stop within {messages.PROBE_TIMEOUT:g}s of an interrupt after running "
@@ -408,7 +458,7 @@ class NotebookRunner:
             self.records.append(_report(rec))
 
     def _error_info(self, reply: dict[str, Any], index: int) -> dict[str, Any]:
-        tb = [_ANSI.sub("", line) for line in reply.get("traceback", []) or []]
+        tb = _traceback(reply)
         info: dict[str, Any] = {
             "ename": str(reply.get("ename", ""))[:200],
             "evalue": str(reply.get("evalue", ""))[:2000],
@@ -431,7 +481,7 @@ class NotebookRunner:
         cell.metadata["jaxgrade_timeout"] = timeout
         status, reply = self._exec(cell, -1, store_history=False)
         timed_out = status == "error" and reply.get("ename") == "CellTimeoutError"
-        stuck = timed_out and not self._answers_after_interrupt()
+        stuck = timed_out and not self._answers_after_interrupt()[0]
         self.reap_strays()  # after the probe: a stuck kernel is not asked to reap its children
         if status == "ok" and os.path.exists(resp_path):
             return None
@@ -441,6 +491,12 @@ class NotebookRunner:
             return messages.TimedOut(timeout=timeout, restarted=self.restart_and_replay() if stuck else None)
         why = f"the request failed in the kernel: {reply.get('ename')}: {reply.get('evalue')}"
         return messages.Dead(why=why[:2000])
+
+
+def _traceback(reply: dict[str, Any]) -> list[str]:
+    """An execute reply's traceback lines, without their colours."""
+    tb = reply.get("traceback")
+    return [_ANSI.sub("", line) for line in tb if isinstance(line, str)] if isinstance(tb, list) else []
 
 
 def _report(rec: dict[str, Any]) -> messages.CellReport:
@@ -476,8 +532,12 @@ def _stream_text(cell: Any) -> str:
     return "".join(parts)
 
 
-def _locate(tb: list[str], exec_map: dict[int, int], cells: list[Any], index: int) -> dict[str, Any] | None:
-    """Find the innermost notebook frame in an IPython traceback: cell index, line, text."""
+def _locate(
+    tb: list[str], exec_map: dict[int, int], cells: list[Any], index: int, *, syntax_error: bool = True
+) -> dict[str, Any] | None:
+    """Find the innermost notebook frame in an IPython traceback: cell index, line, text.  With
+    ``syntax_error``, a traceback with no notebook frame is read as a SyntaxError's, whose
+    ``line N`` is the cell's own."""
     found = None
     current = None
     for block in tb:
@@ -498,7 +558,7 @@ def _locate(tb: list[str], exec_map: dict[int, int], cells: list[Any], index: in
         lines = cell.source.splitlines() if cell is not None else []
         if 0 < found["lineno"] <= len(lines):
             found["text"] = lines[found["lineno"] - 1].strip()[:300]
-    if found is None:
+    if found is None and syntax_error:
         # a SyntaxError has no cell frame: its traceback names the line directly
         for block in tb:
             m3 = re.search(r"line (\d+)", block)

@@ -155,10 +155,37 @@ def test_a_stuck_cell_is_killed_without_waiting_for_its_output_and_the_next_cell
     assert first.status == "killed" and first.restarted, first
     assert not Path(f"/proc/{stuck_kernel}").exists(), "the stuck kernel was left running beside the fresh one"
     assert second.status == "ok" and second.output == "x" * 50_000 + "\n", second.status
-    # the stuck cell and its probe: no wait; the fresh kernel's warm-up and the next cell: IOPUB_TIMEOUT
-    assert waits[:2] == [0, 0], waits
-    assert 0 not in waits[2:] and waits.count(IOPUB_TIMEOUT) >= 2, waits
+    # the stuck cell: no wait (and no probe is sent to a kernel that did not answer the interrupted
+    # cell); the fresh kernel's warm-up and the next cell: IOPUB_TIMEOUT
+    assert waits[:1] == [0], waits
+    assert 0 not in waits[1:] and waits.count(IOPUB_TIMEOUT) >= 2, waits
     assert runner.client.iopub_timeout == IOPUB_TIMEOUT
+
+
+def test_a_cell_out_of_time_is_located_at_the_line_it_was_running(tmp_path: Path) -> None:
+    """A cell interrupted at its time limit: its record says which line of the student's code was
+    running (from the interrupted request's own reply, the KeyboardInterrupt's traceback), in
+    the cell itself or in a function an earlier cell defined; the kernel goes on."""
+    runner = _runner(tmp_path, cell_timeout=2, max_restarts=1)
+    cells = [
+        "def spin(n):\n    total = 0\n    while True:\n        total += n",
+        "x = 1\nspin(x)",
+        "y = 0\nwhile True:\n    y += 1",
+        "print(x + 1)",
+    ]
+    runner.start()
+    try:
+        runner.execute_notebook(_notebook(*cells))
+    finally:
+        runner.kill()
+    statuses = [(r.index, r.status) for r in runner.records]
+    assert statuses == [(0, "ok"), (1, "timeout"), (2, "timeout"), (3, "ok")], statuses
+    in_function, in_cell = runner.records[1].location, runner.records[2].location
+    assert in_function is not None and in_function.cell == 0, runner.records[1]
+    assert (in_function.lineno, in_function.text) in ((3, "while True:"), (4, "total += n")), in_function
+    assert in_cell is not None and in_cell.cell == 2, runner.records[2]
+    assert (in_cell.lineno, in_cell.text) in ((2, "while True:"), (3, "y += 1")), in_cell
+    assert runner.records[3].output == "2\n" and runner.restarts == 0
 
 
 def test_a_replay_that_gets_stuck_is_replayed_again_without_that_cell(
