@@ -29,10 +29,12 @@ progress line and the summary are the same code.
   was given ``--isolation process``.
 - **A batch stopped early** (Ctrl-C, a refusal, a full disk on the coordinator): the coordinator
   sets the run's ``distributed.Event`` and cancels what has not started.  A task that is grading
-  looks at that event every :data:`STOP_POLL` seconds while it waits for its child, and kills the
-  child (its sandboxes die with it) when it is set: the notebooks being graded stop too.  A
-  coordinator that dies without a word (SIGKILL, a lost connection) sets nothing: its running
-  tasks finish their notebooks, and their results are dropped.
+  looks at that event every :data:`STOP_POLL` seconds while it waits for its child; once it is
+  set, it stops the child's grading as a Ctrl-C stops a local one (:data:`STOP_SIGNAL`: the
+  sandboxes are closed and their folders removed), and kills the child if that takes more than
+  :data:`STOP_GRACE` seconds: the notebooks being graded stop too.  A coordinator that dies
+  without a word (SIGKILL, a lost connection) sets nothing: its running tasks finish their
+  notebooks, and their results are dropped.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ import logging
 import os
 import select
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -347,6 +350,10 @@ class _Stopped(Exception):
 
 #: Seconds between two looks at the run's stop event by a task waiting for its child.
 STOP_POLL = 1.0
+#: What stops a child's grading (:func:`_serve_child`): a signal nobody sends by accident (a
+#: Ctrl-C in the worker's terminal is the worker's), then SIGKILL after STOP_GRACE seconds.
+STOP_SIGNAL = signal.SIGUSR1
+STOP_GRACE = 5.0
 
 
 class _Child:
@@ -364,17 +371,21 @@ class _Child:
         )
 
     def call(self, args: list[Any], stopped: Callable[[], bool] | None = None) -> Any:
-        """The child's answer to ``args``; with ``stopped``, asked every :data:`STOP_POLL` seconds
-        while the child works, the child is killed and :class:`_Stopped` raised once it says so."""
+        """The child's answer to ``args``.  With ``stopped``, asked before and then every
+        :data:`STOP_POLL` seconds while the child works: once it says so, :class:`_Stopped` is
+        raised, before anything is sent, or after the child's grading was stopped (:meth:`stop`)."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
+        if stopped is not None and stopped():
+            raise _Stopped
         try:
             self.proc.stdin.write(json.dumps(args).encode() + b"\n")
             self.proc.stdin.flush()
             # one line per request, read whole: nothing is left in the reader's buffer between
-            # two calls, so select() on the pipe says whether the next reply has begun
-            while stopped is not None and not select.select([self.proc.stdout], [], [], STOP_POLL)[0]:
+            # two calls, so the pipe's descriptor says whether the next reply has begun (poll:
+            # select() refuses descriptors from 1024 on, which a busy worker may reach)
+            while stopped is not None and not self._readable(STOP_POLL):
                 if stopped():
-                    self.close()
+                    self.stop()
                     raise _Stopped
             line = self.proc.stdout.readline()
         except (BrokenPipeError, OSError):
@@ -387,11 +398,32 @@ class _Child:
             return Raised(f"on worker {_here()}:\n{value}")
         return value
 
+    def _readable(self, timeout: float) -> bool:
+        """Whether the child's reply pipe has something (or is closed) within ``timeout`` seconds."""
+        assert self.proc.stdout is not None
+        poller = select.poll()
+        poller.register(self.proc.stdout.fileno(), select.POLLIN | select.POLLHUP | select.POLLERR)
+        return bool(poller.poll(timeout * 1000))
+
+    def stop(self) -> None:
+        """Stop the grading under way as a Ctrl-C stops a local one (its sandboxes closed, their
+        folders removed: :func:`_serve_child`), then end the child, killed if it has not
+        answered within :data:`STOP_GRACE` seconds."""
+        with contextlib.suppress(OSError):
+            self.proc.send_signal(STOP_SIGNAL)
+        with contextlib.suppress(OSError):
+            self._readable(STOP_GRACE)  # its reply (a KeyboardInterrupt), or its end
+        self.close()
+
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.proc.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=10)
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(OSError):
+                if pipe is not None:
+                    pipe.close()
 
 
 _THREAD = threading.local()
@@ -411,7 +443,8 @@ def _in_child(devices: int, args: list[Any], trusted_cache: bool, stopped: Calla
         try:
             return child.call(args, stopped)
         except _Stopped:
-            del children[which]
+            if child.proc.poll() is not None:  # stopped mid-task: ended; stopped before it: kept
+                del children[which]
             raise
         except _ChildLost as exc:
             del children[which]
@@ -445,22 +478,33 @@ def _cache_for(assignment: Assignment, root: Path, iso: str, stopped: Callable[[
     return str(final)  # the child reads it only once it is published
 
 
+#: Seconds a task waits for the scheduler to say whether its run was stopped.
+STOP_ASK_TIMEOUT = 2.0
+
+
 def _stop_event(name: str | None) -> Callable[[], bool] | None:
-    """Whether the coordinator has set the run's stop event (:func:`grade_on_cluster`); a
-    scheduler that cannot say is taken as no stop."""
+    """Whether the coordinator has set the run's stop event (:func:`grade_on_cluster`), asked
+    through this worker's client.  Where the scheduler cannot say (no client, no answer within
+    :data:`STOP_ASK_TIMEOUT`), the task says so once and grades on without looking again."""
     if not name:
         return None
     try:
-        event = distributed.Event(name)  # through this worker's client to the scheduler
+        client = distributed.get_client(timeout=5)
     except Exception as exc:  # grading goes on; only an early stop would not reach this task
         log.warning("worker %s cannot watch for the batch's stop: %s", _here(), exc)
         return None
+    broken: list[Exception] = []
 
     def stopped() -> bool:
-        try:
-            return bool(event.is_set())
-        except Exception:
+        if broken:
             return False
+        try:
+            answer = client.sync(client.scheduler.event_is_set, name=name, callback_timeout=STOP_ASK_TIMEOUT)
+        except Exception as exc:
+            broken.append(exc)
+            log.warning("worker %s stops watching for the batch's stop: %s", _here(), exc)
+            return False
+        return answer is True
 
     return stopped
 
@@ -493,12 +537,24 @@ def grade_task(bundle: CourseBundle, request: dict[str, Any]) -> dict[str, Any]:
 
 
 def _serve_child(parent: int, devices: int, trusted_cache: bool) -> None:
-    """The child's loop (``python -m`` this module): ``grader.grading.grade._task`` per line of stdin."""
+    """The child's loop (``python -m`` this module): ``grader.grading.grade._task`` per line of
+    stdin.  :data:`STOP_SIGNAL` stops the task under way as a Ctrl-C stops a local grading: a
+    KeyboardInterrupt, and a stop request that ends its next wait on a sandbox should a gc
+    callback drop the KeyboardInterrupt (:mod:`grader.host.interrupts`)."""
+    from grader.host import interrupts
+
     # the device count, the compile settings, OOM protection, death with the worker thread
     _init_worker(devices, parent, trusted_cache)
+
+    def stop(signum: int, frame: Any) -> None:
+        interrupts.request()
+        raise KeyboardInterrupt
+
+    signal.signal(STOP_SIGNAL, stop)
     replies = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)  # whatever trusted code prints goes to stderr, never into a reply
     for line in sys.stdin:
+        interrupts.clear()
         try:
             reply = ["ok", _task(*json.loads(line))]
         except BaseException:  # the worker decides what a failure means
@@ -606,21 +662,21 @@ def grade_on_cluster(
         course = client.submit(_course_of, bundle, key=f"jaxgrade-course-{bundle.version}-{run}", pure=False)
         stop = f"jaxgrade-stop-{bundle.version}-{run}"  # set if the batch stops early: running tasks stop too
         futures: dict[distributed.Future, tuple[Path, str, str]] = {}
-        for p in paths:
-            data = p.read_bytes()
-            student, sha = students.get(p) or p.stem, hashlib.sha256(data).hexdigest()
-            request = {
-                "student": student,
-                "sha256": sha,
-                "notebook": data,
-                "isolation": isolation,
-                "public_only": public_only,
-                "cache": cache,
-                "stop": stop,
-            }
-            key = f"jaxgrade-{assignment.name}-{student}-{sha[:12]}-{run}"
-            futures[client.submit(grade_task, course, request, key=key, pure=False)] = (p, student, sha)
         try:
+            for p in paths:
+                data = p.read_bytes()
+                student, sha = students.get(p) or p.stem, hashlib.sha256(data).hexdigest()
+                request = {
+                    "student": student,
+                    "sha256": sha,
+                    "notebook": data,
+                    "isolation": isolation,
+                    "public_only": public_only,
+                    "cache": cache,
+                    "stop": stop,
+                }
+                key = f"jaxgrade-{assignment.name}-{student}-{sha[:12]}-{run}"
+                futures[client.submit(grade_task, course, request, key=key, pure=False)] = (p, student, sha)
             for future in distributed.as_completed(futures, loop=client.loop):
                 p, student, sha = futures.pop(future)
                 rec = _received(assignment, p, student, sha, future)
@@ -628,11 +684,14 @@ def grade_on_cluster(
                 if on_result:
                     on_result(p, rec)
         finally:
-            if futures:  # stopped early (a refusal, a full disk, Ctrl-C): the running tasks kill their
-                # children (and so their sandboxes) at their next look at the event; nothing more starts
-                with contextlib.suppress(Exception):
-                    distributed.Event(stop, client=client).set()
-                client.cancel(list(futures), force=True)
+            if futures:  # stopped early (a refusal, a full disk, Ctrl-C): the running tasks stop their
+                # gradings at their next look at the event (the event stays on the scheduler: one
+                # small entry per stopped batch); nothing more starts
+                try:
+                    with contextlib.suppress(Exception):
+                        distributed.Event(stop, client=client).set()
+                finally:  # a second Ctrl-C during the set: still start nothing more
+                    client.cancel(list(futures), force=True)
     return out
 
 

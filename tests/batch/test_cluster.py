@@ -142,6 +142,21 @@ def _grading(worker: int) -> int | None:
     return None
 
 
+def _scratch_of(pid: int) -> list[Path]:
+    """The scratch folders (``$TMPDIR/jaxgrade-<hex>``) named on the command lines of ``pid``'s children."""
+    found = set()
+    for child in _children(pid):
+        try:
+            args = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for arg in args:
+            path = Path(os.fsdecode(arg))
+            if path.name.startswith("jaxgrade-") and path.parent == Path(tempfile.gettempdir()):
+                found.add(path)
+    return sorted(found)
+
+
 def _gone(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
@@ -189,10 +204,11 @@ def test_a_worker_killed_mid_batch_costs_nothing(
 def test_a_batch_stopped_early_stops_the_notebooks_being_graded_too(
     cluster: distributed.LocalCluster, course: Path, tmp_path: Path
 ) -> None:
-    """A Ctrl-C on the coordinator while a worker grades a notebook of long cells: the task kills
-    its grading process (and so the sandbox) at its next look at the run's stop event, instead of
-    grading that notebook to its end for a result nobody waits for."""
-    from grader.batch.cluster import STOP_POLL, grade_on_cluster
+    """A Ctrl-C on the coordinator while a worker grades a notebook of long cells: the task stops
+    its grading process's grading (the sandbox closed, its scratch folder removed) and ends the
+    process, at its next look at the run's stop event, instead of grading that notebook to its
+    end for a result nobody waits for."""
+    from grader.batch.cluster import STOP_GRACE, STOP_POLL, grade_on_cluster
 
     long = build_notebook("import time\ntime.sleep(50)", "def double(x):\n    return 2 * x")
     folder = make_class(tmp_path / "class", {"s0_long": long, "s1_zero": notebook("zero")})
@@ -200,12 +216,17 @@ def test_a_batch_stopped_early_stops_the_notebooks_being_graded_too(
     with distributed.Client(cluster, set_as_default=False) as client:
         pids = client.run(os.getpid)
     grading: list[int] = []
+    sandbox: list[int] = []
+    scratch: list[Path] = []
 
     def ctrl_c(path: Path, rec: Record) -> None:  # at s1_zero's result, s0_long is in its long cell
         deadline = time.monotonic() + 30
         while not grading and time.monotonic() < deadline:
             grading.extend(c for pid in pids.values() if (c := _grading(pid)))
             time.sleep(0.1)
+        if grading:
+            sandbox.extend(_children(grading[0]))
+            scratch.extend(_scratch_of(grading[0]))
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
@@ -217,11 +238,14 @@ def test_a_batch_stopped_early_stops_the_notebooks_being_graded_too(
             on_result=ctrl_c,
             cache=False,
         )
-    assert len(grading) == 1, "s0_long's grading process, with its sandbox, was not found"
-    deadline = time.monotonic() + STOP_POLL + 10
-    while not _gone(grading[0]) and time.monotonic() < deadline:
+    assert len(grading) == 1 and sandbox, "s0_long's grading process, with its sandbox, was not found"
+    assert scratch, "the sandbox's scratch folder was not found"
+    deadline = time.monotonic() + STOP_POLL + STOP_GRACE + 10
+    while not all(_gone(p) for p in [*grading, *sandbox]) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _gone(grading[0]), "the notebook went on being graded after the batch stopped"
+    assert all(_gone(p) for p in sandbox), "the sandbox outlived the stop"
+    assert not [p for p in scratch if p.exists()], "the stopped grading left its scratch folder"
 
 
 def _pretend_jaxgrade(version: str) -> None:
