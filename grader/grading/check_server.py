@@ -456,11 +456,16 @@ def _run_check(cli: Any, argv: list[str], args: Any, conn: socket.socket, out: T
     saved = (root.handlers[:], root.level)
     root.handlers[:] = [handler]  # cli.main's basicConfig then keeps it
     root.setLevel(logging.INFO if args.verbose else logging.WARNING)
-    done = threading.Event()
+    # a plain flag, not a threading.Event: a KeyboardInterrupt can land inside Event.set(), with
+    # its condition's lock taken and never given back (the watcher and the join would then hang)
+    done: list[bool] = []
     lock = threading.Lock()  # the watcher interrupts only while the check runs: never after it
 
     def watch() -> None:
-        while not done.wait(0.2):
+        while not done:
+            time.sleep(0.2)
+            if done:
+                return
             try:
                 readable, _, _ = select.select([conn], [], [], 0)
                 gone = bool(readable) and not conn.recv(1, socket.MSG_PEEK)
@@ -468,7 +473,7 @@ def _run_check(cli: Any, argv: list[str], args: Any, conn: socket.socket, out: T
                 gone = True
             if gone:
                 with lock:
-                    if not done.is_set():
+                    if not done:
                         # the SIGINT's KeyboardInterrupt stops the check at once, unless a gc
                         # callback drops it; the request then stops its next wait on a sandbox.
                         # The signal first: a request first could wake the wait, whose
@@ -484,13 +489,13 @@ def _run_check(cli: Any, argv: list[str], args: Any, conn: socket.socket, out: T
             return int(cli.main(argv, out, err))
         finally:
             with lock:
-                done.set()
+                done.append(True)
     except KeyboardInterrupt:  # the watcher's, come just as cli.main was returning
         return 130
     finally:
         # where a SIGINT from outside lands as the inner finally takes the lock, `done` is not set
         # yet: the watcher would go on (and the join below wait) until the client went away
-        done.set()
+        done.append(True)
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
         watcher.join()
