@@ -103,6 +103,16 @@ def _notebook(*sources: str) -> Any:
     return nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in sources])
 
 
+def _execute(runner: NotebookRunner, cells: list[str]) -> list[tuple[int, str]]:
+    """Start the runner's kernel, run ``cells`` as a notebook, kill the kernel; each cell's (index, status)."""
+    runner.start()
+    try:
+        runner.execute_notebook(_notebook(*cells))
+    finally:
+        runner.kill()
+    return [(r.index, r.status) for r in runner.records]
+
+
 def _reaped_by_marker(monkeypatch: pytest.MonkeyPatch) -> str:
     """Give this test's kernels a marker of their own: on the host (no PID namespace) the runner
     reaps only processes that carry it."""
@@ -173,12 +183,7 @@ def test_a_cell_out_of_time_is_located_at_the_line_it_was_running(tmp_path: Path
         "y = 0\nwhile True:\n    y += 1",
         "print(x + 1)",
     ]
-    runner.start()
-    try:
-        runner.execute_notebook(_notebook(*cells))
-    finally:
-        runner.kill()
-    statuses = [(r.index, r.status) for r in runner.records]
+    statuses = _execute(runner, cells)
     assert statuses == [(0, "ok"), (1, "timeout"), (2, "timeout"), (3, "ok")], statuses
     in_function, in_cell = runner.records[1].location, runner.records[2].location
     assert in_function is not None and in_function.cell == 0, runner.records[1]
@@ -205,12 +210,7 @@ def test_a_replay_that_gets_stuck_is_replayed_again_without_that_cell(
         f"subprocess.Popen(['sleep', '1000'], start_new_session=True)\nif True:\n    {hang}",  # out of reach of SIGINT
         "print(x + 1)",
     ]
-    runner.start()
-    try:
-        runner.execute_notebook(_notebook(*cells))
-    finally:
-        runner.kill()
-    statuses = [(r.index, r.status) for r in runner.records]
+    statuses = _execute(runner, cells)
     assert statuses == [(0, "ok"), (1, "ok"), (2, "killed"), (3, "ok")], statuses
     assert runner.records[2].strays == 1 and runner.records[2].restarted, runner.records[2]
     assert runner.records[3].output == "42\n", runner.records[3]
