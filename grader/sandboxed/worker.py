@@ -37,6 +37,9 @@ IOPUB_TIMEOUT = 4
 #: The requests the worker forwards to the kernel (:func:`grader.sandboxed.kernel_side.serve`).
 KERNEL_REQUESTS = (messages.Probe, messages.Call, messages.Export, messages.Count)
 SEND_TIMEOUT = 5.0
+#: Seconds the probe after an interrupt gets at least, when the interrupted request's reply took
+#: most of messages.PROBE_TIMEOUT (:meth:`NotebookRunner._answers_after_interrupt`).
+PROBE_FLOOR = 1.0
 #: Passes over /proc that :meth:`NotebookRunner.reap_strays` makes at most, until one finds nothing.
 REAP_PASSES = 10
 #: The module the kernel is started as (ipykernel without its debugger).
@@ -134,9 +137,12 @@ def _make_client(nb: Any, scratch: str, cell_timeout: float, output_cap: int) ->
 
         async def _async_poll_for_reply(self, msg_id: str, *args: Any) -> Any:
             self._jaxgrade_pending = msg_id  # the request an interrupt answers (NotebookRunner._interrupted_reply)
+            self._jaxgrade_timed_out = False
             return await super()._async_poll_for_reply(msg_id, *args)
 
         async def _async_handle_timeout(self, timeout: int, cell: Any = None) -> Any:
+            # said here, not by the reply's ename: a cell can raise a CellTimeoutError of its own
+            self._jaxgrade_timed_out = True
             self.iopub_timeout = 0  # interrupted: no wait for its output (NotebookRunner._exec restores it)
             return await super()._async_handle_timeout(timeout, cell)
 
@@ -200,8 +206,8 @@ class NotebookRunner:
         self._bound_sends()
         self.alive = True
         self.exec_map = {}
-        status, reply = self._synthetic(WARMUP, 120)
-        if not self.alive or reply.get("ename") == "CellTimeoutError":  # died or stuck importing JAX
+        status, _ = self._synthetic(WARMUP, 120)
+        if not self.alive or self._timed_out():  # died or stuck importing JAX
             self.alive = False
             raise RuntimeError(f"the kernel {'died' if status == 'died' else 'got stuck'} importing JAX")
 
@@ -337,9 +343,14 @@ class NotebookRunner:
         reply = getattr(self.client, "_jaxgrade_last_reply", None) or {}
         return reply.get("status", "ok"), reply
 
+    def _timed_out(self) -> bool:
+        """Whether the last cell ran out of time and was interrupted (nbclient's timeout, not a
+        reply the kernel chose)."""
+        return bool(getattr(self.client, "_jaxgrade_timed_out", False))
+
     def _run(self, cell: Any, index: int) -> tuple[str, dict[str, Any]]:
         status, reply = self._exec(cell, index)
-        if status == "ok" or (status == "error" and reply.get("ename") != "CellTimeoutError"):
+        if status == "ok" or (status == "error" and not self._timed_out()):
             count = reply.get("execution_count")
             if isinstance(count, int):
                 self.exec_map[count] = index
@@ -359,38 +370,41 @@ class NotebookRunner:
         """Whether the kernel, within messages.PROBE_TIMEOUT of an interrupt, answers the request
         it was running and then a trivial cell; and that first answer (None if it did not come).
         One that does not answer is stuck: no cell is run in it any more (``alive`` is False)
-        until it is replaced."""
-        interrupted, came = self._interrupted_reply(messages.PROBE_TIMEOUT)
-        if not came:  # still running what was interrupted: the probe would only queue behind it
+        until it is replaced.  Both waits share the one PROBE_TIMEOUT (the probe gets at least
+        PROBE_FLOOR of it)."""
+        deadline = time.monotonic() + messages.PROBE_TIMEOUT
+        interrupted, came = self._interrupted_reply(deadline)
+        if not came:  # still running what was interrupted (or dead): a probe would only queue behind it
             self.alive = False
             return False, None
-        probe, _ = self._synthetic("pass", messages.PROBE_TIMEOUT)
+        probe, _ = self._synthetic("pass", max(PROBE_FLOOR, deadline - time.monotonic()))
         if probe != "ok":
             self.alive = False
         return probe == "ok", interrupted
 
-    def _interrupted_reply(self, timeout: float) -> tuple[dict[str, Any] | None, bool]:
+    def _interrupted_reply(self, deadline: float) -> tuple[dict[str, Any] | None, bool]:
         """The content of the kernel's reply to the request that was interrupted (for a cell
         stopped by the interrupt: a KeyboardInterrupt with the traceback of where it was), and
-        whether it came within ``timeout`` seconds.  Where nbclient did not say which request that
-        was, (None, True): the probe alone decides.  Only feedback reads the content (where the
-        cell was); it decides nothing."""
+        whether it came before ``deadline`` (``time.monotonic()``) while the kernel lived.  Where
+        nbclient did not say which request that was, (None, True): the probe alone decides.
+        Only feedback reads the content (where the cell was); it decides nothing."""
         from queue import Empty
 
         from nbclient.util import ensure_async, run_sync
 
         msg_id = getattr(self.client, "_jaxgrade_pending", None)
-        kc = self.client.kc
+        kc, km = self.client.kc, self.client.km
         if msg_id is None or kc is None:
             return None, True
-        deadline = time.monotonic() + timeout
 
         async def read() -> dict[str, Any] | None:
             while (left := deadline - time.monotonic()) > 0:
-                try:
-                    msg = await ensure_async(kc.shell_channel.get_msg(timeout=left))
+                try:  # a second at a time: a kernel that died meanwhile is seen within one
+                    msg = await ensure_async(kc.shell_channel.get_msg(timeout=min(1.0, left)))
                 except Empty:
-                    return None
+                    if km is not None and not await ensure_async(km.is_alive()):
+                        return None
+                    continue
                 if isinstance(msg, dict) and msg.get("parent_header", {}).get("msg_id") == msg_id:
                     content = msg.get("content")
                     return content if isinstance(content, dict) else {}
@@ -480,7 +494,7 @@ class NotebookRunner:
         cell = nbformat.v4.new_code_cell(code)
         cell.metadata["jaxgrade_timeout"] = timeout
         status, reply = self._exec(cell, -1, store_history=False)
-        timed_out = status == "error" and reply.get("ename") == "CellTimeoutError"
+        timed_out = status == "error" and self._timed_out()
         stuck = timed_out and not self._answers_after_interrupt()[0]
         self.reap_strays()  # after the probe: a stuck kernel is not asked to reap its children
         if status == "ok" and os.path.exists(resp_path):

@@ -193,6 +193,18 @@ def test_a_cell_out_of_time_is_located_at_the_line_it_was_running(tmp_path: Path
     assert runner.records[3].output == "2\n" and runner.restarts == 0
 
 
+def test_a_cell_that_raises_a_cell_timeout_error_of_its_own_is_an_error_not_a_timeout(tmp_path: Path) -> None:
+    """Whether a cell ran out of time is nbclient's timeout to say, not the ename of the reply the
+    kernel chose: a cell raising an exception it named CellTimeoutError is an error like any
+    other, its kernel neither probed nor replaced."""
+    runner = _runner(tmp_path, cell_timeout=30, max_restarts=1)
+    statuses = _execute(
+        runner, ["class CellTimeoutError(Exception):\n    pass\n\nraise CellTimeoutError('mine')", "print(1)"]
+    )
+    assert statuses == [(0, "error"), (1, "ok")], runner.records
+    assert runner.records[0].ename == "CellTimeoutError" and runner.restarts == 0
+
+
 def test_a_replay_that_gets_stuck_is_replayed_again_without_that_cell(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
