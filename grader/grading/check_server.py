@@ -456,21 +456,29 @@ def _run_check(cli: Any, argv: list[str], args: Any, conn: socket.socket, out: T
     saved = (root.handlers[:], root.level)
     root.handlers[:] = [handler]  # cli.main's basicConfig then keeps it
     root.setLevel(logging.INFO if args.verbose else logging.WARNING)
-    # a plain flag, not a threading.Event: a KeyboardInterrupt can land inside Event.set(), with
-    # its condition's lock taken and never given back (the watcher and the join would then hang)
+    # a plain flag and a pipe that wakes the watcher, not a threading.Event: a KeyboardInterrupt
+    # can land inside Event.set(), with its condition's lock taken and never given back (the
+    # watcher and the join would then hang); a list's append and os.write are single calls
     done: list[bool] = []
+    wake_r, wake_w = os.pipe()
     lock = threading.Lock()  # the watcher interrupts only while the check runs: never after it
+
+    def finish() -> None:
+        done.append(True)
+        with contextlib.suppress(OSError):
+            os.write(wake_w, b"\0")
 
     def watch() -> None:
         while not done:
-            time.sleep(0.2)
-            if done:
-                return
             try:
-                readable, _, _ = select.select([conn], [], [], 0)
-                gone = bool(readable) and not conn.recv(1, socket.MSG_PEEK)
+                readable, _, _ = select.select([conn, wake_r], [], [])
+                if done:
+                    return
+                gone = conn in readable and not conn.recv(1, socket.MSG_PEEK)
             except (OSError, ValueError):
                 gone = True
+            if not gone and conn in readable:  # the client sent more than its request: not gone
+                time.sleep(0.2)
             if gone:
                 with lock:
                     if not done:
@@ -489,16 +497,18 @@ def _run_check(cli: Any, argv: list[str], args: Any, conn: socket.socket, out: T
             return int(cli.main(argv, out, err))
         finally:
             with lock:
-                done.append(True)
+                finish()
     except KeyboardInterrupt:  # the watcher's, come just as cli.main was returning
         return 130
     finally:
         # where a SIGINT from outside lands as the inner finally takes the lock, `done` is not set
         # yet: the watcher would go on (and the join below wait) until the client went away
-        done.append(True)
+        finish()
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
         watcher.join()
+        for fd in (wake_r, wake_w):
+            os.close(fd)
         interrupts.clear()  # this check's interruption is done: the next sandbox (started ahead) must not see it
 
 

@@ -549,7 +549,7 @@ def test_a_sigint_from_outside_as_the_check_ends_does_not_leave_the_watcher_wait
 
         def tracer(frame, event, arg):  # type: ignore[no-untyped-def]
             line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
-            if frame is caller and event == "line" and line == "done.append(True)":
+            if frame is caller and event == "line" and line == "finish()":
                 sys.settrace(before_trace)
                 frame.f_trace = None
                 stopped.append(True)
