@@ -345,7 +345,12 @@ class _ChildLost(Exception):
 
 
 class _Stopped(Exception):
-    """The coordinator stopped the batch while this task was grading: its child was killed."""
+    """The coordinator stopped the batch: before this task sent anything (``sent`` False, the
+    child kept), or while its child graded (the child's grading stopped and the child ended)."""
+
+    def __init__(self, sent: bool) -> None:
+        super().__init__(sent)
+        self.sent = sent
 
 
 #: Seconds between two looks at the run's stop event by a task waiting for its child.
@@ -376,7 +381,7 @@ class _Child:
         raised, before anything is sent, or after the child's grading was stopped (:meth:`stop`)."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
         if stopped is not None and stopped():
-            raise _Stopped
+            raise _Stopped(sent=False)
         try:
             self.proc.stdin.write(json.dumps(args).encode() + b"\n")
             self.proc.stdin.flush()
@@ -386,7 +391,7 @@ class _Child:
             while stopped is not None and not self._readable(STOP_POLL):
                 if stopped():
                     self.stop()
-                    raise _Stopped
+                    raise _Stopped(sent=True)
             line = self.proc.stdout.readline()
         except (BrokenPipeError, OSError):
             line = b""
@@ -442,8 +447,8 @@ def _in_child(devices: int, args: list[Any], trusted_cache: bool, stopped: Calla
         child = children.get(which) or children.setdefault(which, _Child(devices, trusted_cache))
         try:
             return child.call(args, stopped)
-        except _Stopped:
-            if child.proc.poll() is not None:  # stopped mid-task: ended; stopped before it: kept
+        except _Stopped as exc:
+            if exc.sent:  # ended (or killed and not yet reaped): never used again
                 del children[which]
             raise
         except _ChildLost as exc:
@@ -478,14 +483,17 @@ def _cache_for(assignment: Assignment, root: Path, iso: str, stopped: Callable[[
     return str(final)  # the child reads it only once it is published
 
 
-#: Seconds a task waits for the scheduler to say whether its run was stopped.
+#: Seconds a task waits for the scheduler to say whether its run was stopped, and the asks in a
+#: row that may fail before it stops asking.
 STOP_ASK_TIMEOUT = 2.0
+STOP_ASK_FAILURES = 3
 
 
 def _stop_event(name: str | None) -> Callable[[], bool] | None:
     """Whether the coordinator has set the run's stop event (:func:`grade_on_cluster`), asked
     through this worker's client.  Where the scheduler cannot say (no client, no answer within
-    :data:`STOP_ASK_TIMEOUT`), the task says so once and grades on without looking again."""
+    :data:`STOP_ASK_TIMEOUT`, :data:`STOP_ASK_FAILURES` times in a row), the task says so once
+    and grades on without looking again."""
     if not name:
         return None
     try:
@@ -493,17 +501,19 @@ def _stop_event(name: str | None) -> Callable[[], bool] | None:
     except Exception as exc:  # grading goes on; only an early stop would not reach this task
         log.warning("worker %s cannot watch for the batch's stop: %s", _here(), exc)
         return None
-    broken: list[Exception] = []
+    failures: list[Exception] = []  # in a row
 
     def stopped() -> bool:
-        if broken:
+        if len(failures) >= STOP_ASK_FAILURES:
             return False
         try:
             answer = client.sync(client.scheduler.event_is_set, name=name, callback_timeout=STOP_ASK_TIMEOUT)
         except Exception as exc:
-            broken.append(exc)
-            log.warning("worker %s stops watching for the batch's stop: %s", _here(), exc)
+            failures.append(exc)
+            if len(failures) == STOP_ASK_FAILURES:
+                log.warning("worker %s stops watching for the batch's stop: %s", _here(), exc)
             return False
+        failures.clear()
         return answer is True
 
     return stopped

@@ -443,3 +443,36 @@ def test_a_workers_grading_child_keeps_its_compilations_only_when_told(tmp_path:
         assert record["status"] == "graded" and record["score"] == record["max_score"], record
         kept = tmp_path / f"cache-{keep}" / "trusted" / xla_cache._host_key()
         assert (kept.is_dir() and any(p.name.endswith("-cache") for p in kept.iterdir())) == keep
+
+
+def test_a_task_stops_asking_for_the_stop_only_after_failures_in_a_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slow scheduler (one ask timed out) does not turn the stop off for the rest of the task:
+    only STOP_ASK_FAILURES failures in a row do; an answer other than True is no stop."""
+    from grader.batch import cluster
+
+    answers: list[object] = [TimeoutError(), TimeoutError(), False, TimeoutError(), True]
+    asked: list[str] = []
+
+    class Client:
+        scheduler = SimpleNamespace(event_is_set="event_is_set")
+
+        def sync(self, func: object, *, name: str, callback_timeout: float) -> object:
+            asked.append(name)
+            answer = answers.pop(0)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+    monkeypatch.setattr(cluster.distributed, "get_client", lambda timeout: Client())
+    stopped = cluster._stop_event("jaxgrade-stop-x")
+    assert stopped is not None
+    assert [stopped() for _ in range(5)] == [False, False, False, False, True]
+    assert len(asked) == 5
+
+    answers[:] = [TimeoutError()] * cluster.STOP_ASK_FAILURES + [True]
+    asked.clear()
+    stopped = cluster._stop_event("jaxgrade-stop-y")
+    assert stopped is not None
+    assert [stopped() for _ in range(cluster.STOP_ASK_FAILURES + 2)] == [False] * (cluster.STOP_ASK_FAILURES + 2)
+    assert len(asked) == cluster.STOP_ASK_FAILURES  # it stopped asking
+    assert cluster._stop_event(None) is None
