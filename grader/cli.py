@@ -111,10 +111,6 @@ def _stops(*signals: int) -> Iterator[Callable[[], None]]:
 
     from grader.host import interrupts
 
-    def stop(signum: int, frame: Any) -> None:
-        interrupts.request()
-        raise KeyboardInterrupt
-
     def stopped() -> None:
         if interrupts.requested():
             raise KeyboardInterrupt
@@ -130,7 +126,7 @@ def _stops(*signals: int) -> Iterator[Callable[[], None]]:
         interrupts.clear()  # a stop asked before the block is not this block's
     try:
         for sig in ours:
-            before[sig] = signal.signal(sig, stop)
+            before[sig] = signal.signal(sig, interrupts.stop)
         yield stopped
     finally:
         for sig, handler in before.items():

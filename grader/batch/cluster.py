@@ -555,12 +555,7 @@ def _serve_child(parent: int, devices: int, trusted_cache: bool) -> None:
 
     # the device count, the compile settings, OOM protection, death with the worker thread
     _init_worker(devices, parent, trusted_cache)
-
-    def stop(signum: int, frame: Any) -> None:
-        interrupts.request()
-        raise KeyboardInterrupt
-
-    signal.signal(STOP_SIGNAL, stop)
+    signal.signal(STOP_SIGNAL, interrupts.stop)
     replies = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)  # whatever trusted code prints goes to stderr, never into a reply
     for line in sys.stdin:

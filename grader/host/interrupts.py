@@ -3,9 +3,10 @@
 Python runs a signal's handler between any two bytecodes, also inside a garbage collector's
 callback (JAX registers one), and what the handler raises there is printed and dropped: a Ctrl-C
 (or the check server's interruption of a check whose student went away) would then be lost, and
-the notebook being graded would run on to its end.  So the handlers (``cli._stops``) and the
-check server's watcher also call :func:`request`, which leaves a mark no exception can lose: a
-byte in a pipe.  Every wait on a sandbox (:meth:`grader.host.sandbox.SandboxProcess.recv`)
+the notebook being graded would run on to its end.  So the signal handler :func:`stop` (set by
+``cli._stops``, and by a Dask worker's grading process for its stop signal) and the check
+server's watcher also call :func:`request`, which leaves a mark no exception can lose: a byte in
+a pipe.  Every wait on a sandbox (:meth:`grader.host.sandbox.SandboxProcess.recv`)
 selects on that pipe too (:func:`fd`), and raises KeyboardInterrupt as soon as it is readable,
 from an ordinary frame, where nothing drops it.  It keeps raising until :func:`clear`: whoever
 asked for the stop clears it once the stop is done (a command as it ends, the check server after
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from typing import Any
 
 _pipe: tuple[int, int] = (-1, -1)
 _asked = False
@@ -49,6 +51,14 @@ def request() -> None:
     _asked = True
     with contextlib.suppress(OSError):  # a full pipe (BlockingIOError) is asked already
         os.write(_pipe[1], b"!")
+
+
+def stop(signum: int, frame: Any) -> None:
+    """A signal handler that stops this process's grading as Python's Ctrl-C does
+    (KeyboardInterrupt) and asks the stop too (:func:`request`), for a KeyboardInterrupt that a
+    gc callback drops."""
+    request()
+    raise KeyboardInterrupt
 
 
 def requested() -> bool:

@@ -351,20 +351,22 @@ class NotebookRunner:
     def _run(self, cell: Any, index: int) -> tuple[str, dict[str, Any]]:
         status, reply = self._exec(cell, index)
         if status == "ok" or (status == "error" and not self._timed_out()):
-            count = reply.get("execution_count")
-            if isinstance(count, int):
-                self.exec_map[count] = index
+            self._note_count(reply, index)
             return status, reply
         if status == "died":
             return "died", reply
         # timed out and interrupted: is the kernel responsive again?
         answers, interrupted = self._answers_after_interrupt()
         if answers:
-            count = (interrupted or {}).get("execution_count")
-            if isinstance(count, int):  # functions it defined before the interrupt are this cell's
-                self.exec_map[count] = index
+            self._note_count(interrupted or {}, index)  # functions it defined before the interrupt are this cell's
             return "timeout", interrupted or reply  # its traceback says where the cell was
         return "stuck", reply
+
+    def _note_count(self, reply: dict[str, Any], index: int) -> None:
+        """Remember that the reply's execution count is cell ``index`` (tracebacks name counts)."""
+        count = reply.get("execution_count")
+        if isinstance(count, int):
+            self.exec_map[count] = index
 
     def _answers_after_interrupt(self) -> tuple[bool, dict[str, Any] | None]:
         """Whether the kernel, within messages.PROBE_TIMEOUT of an interrupt, answers the request
