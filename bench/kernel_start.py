@@ -1,5 +1,5 @@
 """The student's kernel's start, with ipykernel's debugger (``python -m ipykernel_launcher``, the
-baseline) and without it (``python -m grader.sandboxed.kernel_launcher``, what the worker starts),
+baseline) and without it (``python grader/sandboxed/kernel_launcher.py``, what the worker starts),
 side by side in one run.
 
 Each start is a real kernel, started by jupyter_client and waited for until it answers, then
@@ -19,8 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 COMMANDS = {
-    "ipykernel_launcher (baseline: debugpy imported)": "ipykernel_launcher",
-    "grader.sandboxed.kernel_launcher (no debugger)": "grader.sandboxed.kernel_launcher",
+    "ipykernel_launcher (baseline: debugpy imported)": ["-m", "ipykernel_launcher"],
+    "grader.sandboxed.kernel_launcher (no debugger)": [str(ROOT / "grader" / "sandboxed" / "kernel_launcher.py")],
 }
 
 
@@ -29,12 +29,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def start_once(module: str) -> float:
+def start_once(command: list[str]) -> float:
     """CPU seconds of one kernel, from its start to its first answer."""
     from jupyter_client import KernelManager
 
     km = KernelManager(kernel_name="python3")
-    km.kernel_spec.argv = [sys.executable, "-m", module, "-f", "{connection_file}"]
+    km.kernel_spec.argv = [sys.executable, *command, "-f", "{connection_file}"]
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     km.start_kernel(env=env, stderr=subprocess.DEVNULL)
     try:
@@ -54,8 +54,8 @@ def main() -> None:
     args = p.parse_args()
     got: dict[str, list[float]] = {label: [] for label in COMMANDS}
     for _ in range(args.runs):
-        for label, module in COMMANDS.items():
-            got[label].append(start_once(module))
+        for label, command in COMMANDS.items():
+            got[label].append(start_once(command))
     base = statistics.mean(got[next(iter(COMMANDS))])
     print(f"{args.runs} kernel starts of each, alternating; CPU seconds of the kernel until it answers")
     print(f"{'kernel':50s} {'mean s':>7s} {'± se':>6s} {'vs baseline':>12s}")

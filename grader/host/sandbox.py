@@ -272,6 +272,9 @@ def sandbox_env(isolation: Isolation, scratch: str, extra: dict[str, str] | None
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONUNBUFFERED": "1",
         "PYTHONNOUSERSITE": "1",
+        # the worker and the evaluator are started with `-m` in their scratch folder: keep it off
+        # their sys.path (Python 3.11+; the kernel is started by its path on every Python)
+        "PYTHONSAFEPATH": "1",
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
         "MPLBACKEND": "Agg",

@@ -6,15 +6,20 @@ that import is refused while ipykernel looks for debugpy (it then runs without a
 where debugpy is not installed), and allowed again before any of the student's code runs: a
 notebook that imports debugpy itself gets it.  Otherwise this is ``python -m ipykernel_launcher``.
 
-Started by the worker (:mod:`grader.sandboxed.worker`) as ``python -m
-grader.sandboxed.kernel_launcher -f CONNECTION_FILE``, in the sandbox.
+Started by the worker (:mod:`grader.sandboxed.worker`) as ``python PATH/kernel_launcher.py -f
+CONNECTION_FILE``, in the sandbox, with the scratch folder as its working directory.  Started by
+its path, not with ``-m``: on every Python (3.10 has no ``PYTHONSAFEPATH``) the working directory
+is then not on ``sys.path`` while the kernel starts, and IPython is told not to put it first for
+the student's code (``ignore_cwd``: the worker's warm-up appends it last), so a ``grader/``,
+``ipykernel/`` or ``numpy.py`` that a cell planted there before the kernel was restarted
+shadows nothing the kernel imports.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
-from pathlib import Path
 from typing import Any
 
 #: What ipykernel's debugger support imports (debugpy and the pydevd it vendors).
@@ -30,10 +35,13 @@ class _Refuse:
         return None
 
 
+#: IPython's option that keeps the working directory off ``sys.path`` (its ``init_path``).
+IGNORE_CWD = "--IPKernelApp.ignore_cwd=True"
+
+
 def main() -> None:
-    # as ipykernel_launcher: the working directory leaves sys.path while ipykernel loads
-    # (InteractiveShellApp.init_path puts it back for the student's code)
-    if sys.path and (sys.path[0] == "" or Path(sys.path[0]) == Path.cwd()):
+    # run as a script, Python put this file's folder first on sys.path (where PYTHONSAFEPATH is not set)
+    if sys.path and os.path.abspath(sys.path[0] or os.curdir) == os.path.dirname(os.path.abspath(__file__)):
         del sys.path[0]
     refuse = _Refuse()
     sys.meta_path.insert(0, refuse)
@@ -46,7 +54,7 @@ def main() -> None:
         sys.meta_path.remove(refuse)
     from ipykernel import kernelapp
 
-    kernelapp.launch_new_instance()
+    kernelapp.launch_new_instance(argv=[*sys.argv[1:], IGNORE_CWD])
 
 
 if __name__ == "__main__":

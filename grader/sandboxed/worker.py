@@ -42,8 +42,9 @@ SEND_TIMEOUT = 5.0
 PROBE_FLOOR = 1.0
 #: Passes over /proc that :meth:`NotebookRunner.reap_strays` makes at most, until one finds nothing.
 REAP_PASSES = 10
-#: The module the kernel is started as (ipykernel without its debugger).
-KERNEL_LAUNCHER = "grader.sandboxed.kernel_launcher"
+#: The script the kernel is started as (ipykernel without its debugger), by its path: ``python -m``
+#: would look the module up in the kernel's working directory, the scratch folder, first.
+KERNEL_LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel_launcher.py")
 WARMUP = (
     "import numpy, jax, jax.numpy, os as __jaxgrade_os__, sys as __jaxgrade_sys__\n"
     "__jaxgrade_sys__.path.append(__jaxgrade_os__.getcwd())\n"
@@ -99,7 +100,7 @@ async def _until_ready(kc: Any, timeout: float) -> None:
 
 def _kernel_manager_class() -> Any:
     """nbclient's kernel manager, starting :mod:`grader.sandboxed.kernel_launcher` (ipykernel
-    without its debugger) where the kernel spec starts ``python -m ipykernel_launcher``."""
+    without its debugger) by its path where the kernel spec starts ``python -m ipykernel_launcher``."""
     from jupyter_client.manager import AsyncKernelManager
 
     class Manager(AsyncKernelManager):
@@ -107,7 +108,7 @@ def _kernel_manager_class() -> Any:
             cmd = super().format_kernel_cmd(extra_arguments)
             for i in range(len(cmd) - 1):
                 if cmd[i] == "-m" and cmd[i + 1] == "ipykernel_launcher":
-                    return [*cmd[: i + 1], KERNEL_LAUNCHER, *cmd[i + 2 :]]
+                    return [*cmd[:i], KERNEL_LAUNCHER, *cmd[i + 2 :]]
             return cmd
 
     return Manager
@@ -198,10 +199,10 @@ class NotebookRunner:
     # -- kernel lifecycle
     def start(self) -> None:
         self.client.km = self.client.create_kernel_manager()
-        # PYTHONSAFEPATH (3.11+): the scratch directory is not put first on the kernel's sys.path,
-        # so a `numpy.py` or `grader/` planted there cannot shadow what the kernel imports; WARMUP
-        # appends it last, so a student's own helper module still imports
-        self.client.start_new_kernel(cwd=self.scratch, env={**os.environ, "PYTHONSAFEPATH": "1"})
+        # the scratch folder is not on the kernel's sys.path while it starts (KERNEL_LAUNCHER), so a
+        # `numpy.py` or `grader/` planted there before a restart cannot shadow what it imports;
+        # WARMUP appends it last, so a student's own helper module still imports
+        self.client.start_new_kernel(cwd=self.scratch)
         self.client.start_new_kernel_client()
         self._bound_sends()
         self.alive = True

@@ -325,7 +325,7 @@ def test_the_kernel_starts_without_ipykernels_debugger_and_the_student_can_still
     try:
         runner.execute_notebook(
             _notebook(
-                "import os, sys\nprint(b'grader.sandboxed.kernel_launcher' in open(f'/proc/{os.getpid()}/cmdline', 'rb').read())\n"
+                "import os, sys\nprint(b'grader/sandboxed/kernel_launcher.py' in open(f'/proc/{os.getpid()}/cmdline', 'rb').read())\n"
                 "print(sorted(m for m in sys.modules if m.split('.')[0] in ('debugpy', '_pydevd_bundle')))",
                 "import debugpy\nprint(debugpy.__name__)",
             )
@@ -335,6 +335,34 @@ def test_the_kernel_starts_without_ipykernels_debugger_and_the_student_can_still
     assert [r.status for r in runner.records] == ["ok", "ok"], runner.records
     assert runner.records[0].output == "True\n[]\n", runner.records[0]
     assert runner.records[1].output == "debugpy\n", runner.records[1]
+
+
+def test_files_planted_in_the_scratch_folder_shadow_nothing_the_restarted_kernel_imports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cell plants `grader/`, `ipykernel/` and `numpy.py` in its working directory (the scratch
+    folder) and kills its kernel: the kernel started again imports ours, not those, with or
+    without PYTHONSAFEPATH (Python 3.10 has none: `python -m` would have found the planted
+    `grader/` first), and the working directory comes last on the student's sys.path, so a
+    helper module of the student's own still imports."""
+    monkeypatch.delenv("PYTHONSAFEPATH", raising=False)
+    plant = (
+        "import os\n"
+        "for d in ('grader', 'ipykernel'):\n"
+        "    os.makedirs(d, exist_ok=True)\n"
+        "    open(f'{d}/__init__.py', 'w').write('import os; os._exit(3)')\n"
+        "open('numpy.py', 'w').write('import os; os._exit(3)')\n"
+        "open('my_helper.py', 'w').write('ANSWER = 42')\n"
+        "os._exit(1)"
+    )
+    look = (
+        "import os, sys, numpy, ipykernel, my_helper\n"
+        "print(my_helper.ANSWER, numpy.__file__.startswith(os.getcwd()), ipykernel.__file__.startswith(os.getcwd()))\n"
+        "print([p for p in sys.path if p in ('', '.', os.getcwd())] == [sys.path[-1]])"
+    )
+    runner = _runner(tmp_path, cell_timeout=60, max_restarts=1)
+    assert _execute(runner, [plant, look]) == [(0, "died"), (1, "ok")], runner.records
+    assert runner.records[1].output == "42 False False\nTrue\n", runner.records[1]
 
 
 def test_the_reaper_kills_a_child_forked_while_it_listed_proc(monkeypatch: pytest.MonkeyPatch) -> None:
