@@ -34,7 +34,10 @@ from grader.course.config import (
     CanvasConfig,
     ConfigError,
     NoCourseError,
+    UnmetRequirementError,
+    check_requirements,
     find_course_root,
+    unmet_requirements,
     load_course,
 )
 from grader.grading import check_server
@@ -70,6 +73,11 @@ def _fail(exc: CliError | ConfigError, err: TextIO) -> int:
         print(f"jaxgrade: error: {exc.message}", file=err)
         if exc.tip:
             print(f"TIP: {exc.tip}", file=err)
+    elif isinstance(exc, UnmetRequirementError):
+        print(f"jaxgrade: error: {exc}", file=err)
+        wanted = " ".join(f"'{req}'" for req in exc.unmet)
+        python = "; JAX 0.7 and later need Python 3.11 or newer" if any(r.startswith("jax") for r in exc.unmet) else ""
+        print(f"TIP: install it where jaxgrade runs (`pip install {wanted}`{python}).", file=err)
     else:
         print(f"jaxgrade: error: {exc}", file=err)
         print("TIP: fix the named setting and run the command again.", file=err)
@@ -94,7 +102,11 @@ def _course(args: argparse.Namespace, start: Path | None = None) -> Path:
 
 
 def _assignment(args: argparse.Namespace, name: str, *, staff: bool = True, start: Path | None = None) -> Assignment:
-    return load_course(_course(args, start)).assignment(name, staff=staff)
+    """The assignment to grade (or check, or validate): refused at once where the installed
+    packages cannot grade it (its ``requires``)."""
+    assignment = load_course(_course(args, start)).assignment(name, staff=staff)
+    check_requirements(assignment)
+    return assignment
 
 
 @contextlib.contextmanager
@@ -734,7 +746,9 @@ def cmd_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         a = course.assignment(name, staff=False)
         points = collect_points(a, hidden=a.hidden_tests.is_dir())
         per = ", ".join(f"{c} {p:g}" for c, p in points.items())
-        print(f"{name:24} {a.title} — {sum(points.values()):g} points ({per})", file=out)
+        unmet = unmet_requirements(a.config.requires)
+        needs = f"; cannot be graded here: needs {', '.join(f'{r} ({h})' for r, h in unmet.items())}" if unmet else ""
+        print(f"{name:24} {a.title} — {sum(points.values()):g} points ({per}){needs}", file=out)
     return EXIT_OK
 
 

@@ -209,6 +209,39 @@ def test_grade_refuses_bad_configuration(tmp_path: Path, edit: tuple[str, str, s
     assert not (tmp_path / "o").exists()  # nothing graded, nothing written
 
 
+@pytest.mark.parametrize("command", ["grade", "check", "validate"])
+def test_an_assignment_the_installed_packages_cannot_grade_is_refused_before_anything_runs(
+    tmp_path: Path, command: str
+) -> None:
+    """An assignment's ``requires`` not met here (the pmap assignment on JAX before 0.8, so on
+    Python 3.10): grading, checking and validating refuse at once, with what is installed and
+    what to install, and `list` says so, instead of grades the installed JAX cannot back."""
+    from importlib import metadata
+
+    from tests.minicourse import make_minicourse, notebook
+
+    course = make_minicourse(tmp_path / "course")
+    yaml_file = course / "assignments" / "double" / "assignment.yaml"
+    yaml_file.write_text(yaml_file.read_text() + "requires: ['jax>=999']\n")
+    nb = tmp_path / "a.ipynb"
+    nb.write_text(notebook("full"))
+    args = {
+        "grade": ["grade", "--assignment", "double", "--out", str(tmp_path / "o"), str(nb)],
+        "check": ["check", "--assignment", "double", str(nb)],
+        "validate": ["validate", "double"],
+    }[command]
+    code, out, err = run("--course", str(course), *args)
+    jax = metadata.version("jax")
+    assert code == 2, err
+    assert err.splitlines() == [
+        f"jaxgrade: error: double cannot be graded here: it needs jax>=999 (jax {jax} is installed)",
+        "TIP: install it where jaxgrade runs (`pip install 'jax>=999'`; JAX 0.7 and later need Python 3.11 or newer).",
+    ], err
+    assert out == "" and not (tmp_path / "o").exists()
+    code, out, _ = run("--course", str(course), "list")
+    assert code == 0 and out.rstrip().endswith(f"cannot be graded here: needs jax>=999 (jax {jax} is installed)"), out
+
+
 # --------------------------------------------------------------------------- check --watch
 
 

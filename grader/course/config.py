@@ -47,6 +47,40 @@ class ConfigError(Exception):
     """A configuration file is missing or invalid; the message names the file, the key and what was expected."""
 
 
+class UnmetRequirementError(ConfigError):
+    """The installed packages do not meet an assignment's ``requires``."""
+
+    def __init__(self, assignment: str, unmet: dict[str, str]) -> None:
+        needs = "; ".join(f"{req} ({have})" for req, have in unmet.items())
+        super().__init__(f"{assignment} cannot be graded here: it needs {needs}")
+        self.assignment, self.unmet = assignment, unmet
+
+
+def unmet_requirements(requires: typing.Iterable[str]) -> dict[str, str]:
+    """The requirements (pip's form, ``jax>=0.8``) that the installed packages do not meet, each
+    with what is installed."""
+    from importlib import metadata
+
+    unmet = {}
+    for text in requires:
+        req = Requirement(text)
+        try:
+            have = metadata.version(req.name)
+        except metadata.PackageNotFoundError:
+            unmet[text] = f"{req.name} is not installed"
+            continue
+        if not req.specifier.contains(have, prereleases=True):
+            unmet[text] = f"{req.name} {have} is installed"
+    return unmet
+
+
+def check_requirements(assignment: Assignment) -> None:
+    """Raise :class:`UnmetRequirementError` where the installed packages cannot grade ``assignment``."""
+    unmet = unmet_requirements(assignment.config.requires)
+    if unmet:
+        raise UnmetRequirementError(assignment.name, unmet)
+
+
 class NoCourseError(ConfigError):
     """No ``grading.yaml`` where jaxgrade looked (a student outside their assignment folder)."""
 
@@ -125,6 +159,10 @@ class AssignmentConfig(_Model):
     devices: Annotated[Count, Field(ge=1)] = 1
     tolerance: Tolerance = Tolerance()
     limits: LimitsConfig | None = None
+    #: pip requirements on the installed packages that grading it needs (``jax>=0.8``): where one
+    #: is not met, grading refuses to start (:func:`check_requirements`) instead of giving grades
+    #: that the installed packages cannot back
+    requires: tuple[str, ...] = ()
 
     @field_validator("name")
     @classmethod
@@ -138,6 +176,16 @@ class AssignmentConfig(_Model):
     def _plain_notebook_name(cls, value: str) -> str:
         if "/" in value or "\\" in value or not value.endswith(".ipynb") or value.startswith("."):
             raise ValueError(f"expected a file name ending in .ipynb inside the assignment directory, got {value!r}")
+        return value
+
+    @field_validator("requires")
+    @classmethod
+    def _requirements(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for text in value:
+            try:
+                Requirement(text)
+            except InvalidRequirement:
+                raise ValueError(f"expected pip requirements such as 'jax>=0.8', got {text!r}") from None
         return value
 
     @field_validator("functions")

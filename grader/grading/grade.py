@@ -27,7 +27,7 @@ import pytest
 
 from grader import __version__
 from grader.batch.pool import Lost, Raised, TrustedPool
-from grader.course.config import ConfigError, load_course
+from grader.course.config import ConfigError, check_requirements, load_course
 from grader.errors import SubmissionError
 from grader.grading import checks
 from grader.grading.plugin import GradingPlugin
@@ -238,8 +238,10 @@ def grade_notebook(
     trusted compilation cache its sandboxes read (see :func:`warm_cache`); ``eval_cache`` keeps
     the evaluator's answers for every submission (grader/host/eval_cache.py; bubblewrap only).
     ``session`` is a sandbox started ahead with no notebook (:func:`prestart`), for this
-    notebook only: it is closed here, whatever happens."""
+    notebook only: it is closed here, whatever happens.  Raises :class:`UnmetRequirementError`
+    where the installed packages cannot grade the assignment (its ``requires``)."""
     try:
+        check_requirements(assignment)
         return _grade_notebook(
             assignment,
             path,
@@ -646,7 +648,11 @@ def grade_many(
     evaluator's answers are kept for the submissions (and batches) that export the same modules.
 
     Without bubblewrap the kernels ran as this user and could have written the grading
-    processes' own compilations: they are forgotten when the run ends."""
+    processes' own compilations: they are forgotten when the run ends.
+
+    Raises :class:`UnmetRequirementError`, before grading anything, where the installed packages
+    cannot grade the assignment (its ``requires``)."""
+    check_requirements(assignment)
     iso = choose_isolation(isolation)
     try:
         return _grade_many(assignment, paths, jobs, students, iso, public_only, on_result, cache)

@@ -202,6 +202,11 @@ def test_bad_grading_yaml(tmp_path: Path, grading: str, expected: str) -> None:
             "assignments/demo/assignment.yaml: devices: expected a value greater than or equal to 1, got 0",
             id="no-devices",
         ),
+        pytest.param(
+            "requires: ['jax >= 0.8 !!']\n",
+            "assignments/demo/assignment.yaml: requires: expected pip requirements such as 'jax>=0.8', got 'jax >= 0.8 !!'",
+            id="bad-requirement",
+        ),
     ],
 )
 def test_bad_assignment_yaml(tmp_path: Path, extra: str, expected: str) -> None:
@@ -385,3 +390,17 @@ def test_the_tolerance_a_course_leaves_out_is_the_checks_own() -> None:
     from grader.grading.checks import Tolerance
 
     assert Configured().model_dump() == vars(Tolerance())
+
+
+def test_unmet_requirements_name_what_is_installed() -> None:
+    """``requires``: each requirement the installed packages do not meet, with what is installed."""
+    from importlib import metadata
+
+    from grader.course.config import unmet_requirements
+
+    jax = metadata.version("jax")
+    assert unmet_requirements(["jax>=0.4", f"jax=={jax}", "numpy"]) == {}
+    assert unmet_requirements(["jax>=999", "no-such-package-jaxgrade>=1"]) == {
+        "jax>=999": f"jax {jax} is installed",
+        "no-such-package-jaxgrade>=1": "no-such-package-jaxgrade is not installed",
+    }

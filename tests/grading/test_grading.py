@@ -10,11 +10,13 @@ import pytest
 
 from grader.course.config import load_course
 from grader.grading.grade import grade_many, load_reference
+from tests.conftest import needs_requirements_of
 from tests.minicourse import make_minicourse
 
 pytestmark = pytest.mark.slow
 
 
+@needs_requirements_of("pmap")  # its hidden test exports a pmap
 def test_multi_device_assignment_runs_everywhere_with_its_device_count(tmp_path: Path) -> None:
     """devices: 4 in assignment.yaml: the sandbox, the evaluator and the trusted process that
     computes references all see 4 devices (references must match the students' setting)."""

@@ -26,6 +26,7 @@ from jax import export, lax
 from grader.host.session import _analysis
 from grader.sandboxed.evaluator import _evaluate, analyze_module
 from grader.wire import protocol
+from tests.conftest import needs_requirements_of
 
 
 def conv(x, w):
@@ -262,6 +263,7 @@ def multi_device():
         ("pmap of the closed-over mean", 4, True, []),
     ],
 )
+@needs_requirements_of("pmap")  # multi_device exports pmaps
 def test_devices_and_collectives(multi_device, name, nr_devices, per_device, collectives):
     got = multi_device[name]
     assert got["runs"], got  # the evaluator runs multi-device modules, with the right numbers
