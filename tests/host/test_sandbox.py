@@ -404,6 +404,8 @@ def bwrap_with_filter(*cmd: str) -> subprocess.CompletedProcess[str]:
     # away meanwhile: test_the_bwrap_probe_holds_while_other_mounts_come_and_go)
     mounts = [
         *sandbox._system_binds(),
+        # its parents world-traversable, as the sandbox makes them: a Python under /root (pyenv)
+        *sandbox._parents(sys.base_prefix, set()),
         "--ro-bind",
         sys.base_prefix,
         sys.base_prefix,
