@@ -37,8 +37,8 @@ from grader.course.config import (
     UnmetRequirementError,
     check_requirements,
     find_course_root,
-    unmet_requirements,
     load_course,
+    unmet_requirements,
 )
 from grader.grading import check_server
 from grader.grading.record import Record

@@ -66,10 +66,26 @@ class XlaCache:
             # cell file names out of their debug locations (JAX's cache key leaves them out, so
             # hits are unchanged; every sandbox already leaves file locations out: sandbox_env)
             env |= {"JAX_HLO_SOURCE_FILE_CANONICALIZATION_REGEX": ".*"}
+            if keeps_a_frame_at_limit_zero():
+                # no traceback frames, so no function names: a location is then the file (made
+                # empty above) and the line
+                env |= {"JAX_INCLUDE_FULL_TRACEBACKS_IN_LOCATIONS": "0"}
         return env
 
     def bind_args(self) -> list[str]:
         return ["--bind" if self.writable else "--ro-bind", str(self.path), MOUNT]
+
+
+def keeps_a_frame_at_limit_zero() -> bool:
+    """Whether the installed JAX keeps one traceback frame (a function's name, its file and line)
+    in a module's locations even with ``JAX_TRACEBACK_IN_LOCATIONS_LIMIT=0``: JAX before 0.7
+    (measured: 0.6.2 keeps it; 0.7.2, 0.8.0 and 0.10.2 keep none)."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(_version("jax")) < Version("0.7")
+    except InvalidVersion:
+        return False
 
 
 def cache_root() -> Path:

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grader.host import eval_cache
+from grader.host import eval_cache, xla_cache
 from grader.host.eval_cache import EvalCache, beside
 from grader.host.sandbox import Limits
 from grader.host.session import EvaluatorUnavailable, Session, SubmissionError
@@ -88,6 +88,12 @@ def _session(source: list[str], limits: Limits, isolation: str, cache: EvalCache
     return s
 
 
+@pytest.mark.skipif(
+    xla_cache.keeps_a_frame_at_limit_zero(),
+    reason="JAX before 0.7 keeps one traceback frame (the function's name, file and line) in an exported "
+    "module even with JAX_TRACEBACK_IN_LOCATIONS_LIMIT=0: two layouts of one function export different "
+    "bytes there, and the evaluator's answers are kept for each",
+)
 def test_a_second_submission_with_the_same_module_needs_no_evaluator(
     tmp_path: Path, limits: Limits, isolation: str
 ) -> None:
