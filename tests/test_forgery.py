@@ -124,11 +124,24 @@ def test_category_verdict(graded: Callable[[str], dict[str, Any]], assignment: s
     assert category in cats, f"{name}: no {category} tests ran\n{harness.explain(record)}"
     score, max_score = cats[category]
     assert max_score > 0, f"{name}: {category} is worth no points"
-    got, want = harness.verdict(score, max_score), CORPORA[assignment].expected[name][category]
+    expected = CORPORA[assignment].expected[name]
+    got, want = harness.verdict(score, max_score), expected[category]
+    if got != want and _jax_before(expected.get("forged_before_jax")):
+        pytest.xfail(f"the forgery works on JAX before {expected['forged_before_jax']} (SECURITY.md)")
     assert got == want, (
         f"{assignment}/{name}: {category} {score:g}/{max_score:g} is {got!r}, expected {want!r} "
         f"(the forgery worked)\n{harness.explain(record, category)}"
     )
+
+
+def _jax_before(version: str | None) -> bool:
+    """Whether the installed JAX is older than ``version`` (an expectation's ``forged_before_jax``:
+    a forgery the grader cannot see on older JAX, said in SECURITY.md)."""
+    from importlib import metadata
+
+    from packaging.version import Version
+
+    return version is not None and Version(metadata.version("jax")) < Version(version)
 
 
 # --------------------------------------------------------------------------- hidden inputs

@@ -61,6 +61,15 @@ VC_HIDDEN_VMAP_HELPER = """\
 # "a helper" (the grader's source check reads only the definition of the graded function)
 _rows = jax.vmap(convolve)"""
 
+# the name `vmap` nowhere in the source (a string built at run time), and the vmap traced inside
+# an inner jit: the name stack of JAX before 0.7 loses it there
+VC_VMAP_NAME_HIDDEN_UNDER_JIT = """\
+_rows = jax.jit(getattr(jax, "v" + "map")(convolve))
+
+
+def manually_vectorized_convolve(xs, ws):
+    return _rows(xs, ws)"""
+
 VC_WATCH_DISARMED = """\
 import grader.sandboxed.kernel_side as ks
 
@@ -373,6 +382,10 @@ def vmap_convolve() -> dict[str, object]:
             code(VC_MANUAL_HIDDEN_VMAP),
             code(VC_CHECK),
         ],
+    )
+    nbs["forge_vmap_name_hidden_under_jit.ipynb"] = build(
+        "forge_vmap_name_hidden_under_jit",
+        [*head, code(VC_CORRECT_BUT_MANUAL), code(VC_VMAP_NAME_HIDDEN_UNDER_JIT), code(VC_CHECK)],
     )
     nbs["forge_batchtrace_swapped_back.ipynb"] = build(
         "forge_batchtrace_swapped_back",
