@@ -8,6 +8,7 @@ Requests arrive as frame files in the scratch directory; responses are written b
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 import traceback
@@ -238,15 +239,31 @@ def _op_export(req: messages.Export, values: dict[str, Any]) -> tuple[messages.R
     return messages.Exported(), {"module": np.frombuffer(bytes(blob), dtype=np.uint8)}
 
 
+#: The first JAX whose compiled functions are compiled again when the key-reuse checker is
+#: switched on (measured: 0.6.2, 0.7.2, 0.8.0, 0.8.3 and 0.9.0 reuse what they compiled with it
+#: off, so a reuse in a function the notebook already ran went unseen; 0.9.1, 0.9.2 and 0.10.2 do not).
+KEY_REUSE_RECOMPILES = (0, 9, 1)
+
+
 def _key_reuse(on: bool) -> Any:
-    """JAX's key-reuse checker (it sees typed keys only) around a call, when asked for."""
+    """JAX's key-reuse checker (it sees typed keys only) around a call, when asked for.  On JAX
+    before :data:`KEY_REUSE_RECOMPILES`, functions the notebook already ran (compiled with the
+    checker off) would run unchecked: its compiled functions are dropped first."""
     import contextlib
 
     if not on:
         return contextlib.nullcontext()
     import jax
 
+    if _jax_version() < KEY_REUSE_RECOMPILES:
+        jax.clear_caches()
     return jax.debug_key_reuse(True)
+
+
+def _jax_version() -> tuple[int, ...]:
+    import jax
+
+    return tuple(int(p) for p in re.findall(r"\d+", jax.__version__)[:3])
 
 
 _COMPILES = [0]

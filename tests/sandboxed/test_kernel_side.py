@@ -1,0 +1,36 @@
+"""grader/sandboxed/kernel_side.py: what the kernel does for a request, in this process."""
+
+from __future__ import annotations
+
+import itertools
+
+import jax
+import pytest
+from jax import random
+
+from grader.sandboxed import kernel_side
+
+
+def _init(widths, key):  # the prng corpus's one_key_every_layer: one key for every layer
+    return [random.normal(key, (a, b)) for a, b in itertools.pairwise(widths)]
+
+
+@pytest.mark.parametrize("version", [(0, 6, 2), kernel_side._jax_version()], ids=["jax-0.6.2", "installed"])
+def test_the_key_reuse_checker_sees_a_reuse_in_a_function_the_notebook_already_ran(
+    monkeypatch: pytest.MonkeyPatch, version: tuple[int, ...]
+) -> None:
+    """The notebook ran the function with the checker off (it compiled then); a call with the
+    checker on still raises KeyReuseError. JAX before 0.9.1 would reuse the compilations made
+    with the checker off, so there the kernel drops them first (and here, told it is 0.6.2)."""
+    cleared: list[bool] = []
+    real = jax.clear_caches
+    monkeypatch.setattr(jax, "clear_caches", lambda: (cleared.append(True), real())[1])
+    monkeypatch.setattr(kernel_side, "_jax_version", lambda: version)
+    widths = [6, 32, 32, 3]
+    _init(widths, random.key(0))  # the notebook's own run
+    with pytest.raises(jax.errors.KeyReuseError), kernel_side._key_reuse(True):
+        _init(widths, random.key(1))
+    assert cleared == ([True] if version < kernel_side.KEY_REUSE_RECOMPILES else [])
+    with kernel_side._key_reuse(False):  # off: nothing dropped, nothing checked
+        assert len(_init(widths, random.key(2))) == 3
+    assert cleared == ([True] if version < kernel_side.KEY_REUSE_RECOMPILES else [])
