@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 from jax import export, lax
 
+from grader.host import xla_cache
 from grader.host.session import _analysis
 from grader.sandboxed.evaluator import _evaluate, analyze_module
 from grader.wire import protocol
@@ -127,7 +128,15 @@ def _rows(xs, w):
     ("f", "vmapped"),
     [
         (jax.vmap(lambda x, w: jnp.convolve(x, w, mode="valid"), in_axes=(0, None)), True),
-        (lambda xs, w: jax.jit(jax.vmap(lambda x: jnp.dot(x[:3], w)))(xs), True),
+        pytest.param(
+            lambda xs, w: jax.jit(jax.vmap(lambda x: jnp.dot(x[:3], w)))(xs),
+            True,
+            marks=pytest.mark.xfail(
+                xla_cache.keeps_a_frame_at_limit_zero(),  # JAX before 0.7
+                reason="JAX before 0.7 keeps no vmap( in an inner jit's name stack (SECURITY.md)",
+                strict=True,
+            ),
+        ),
         (_rows, False),
         (lambda xs, w: jnp.einsum("bnk,k->bn", jnp.stack([xs[:, :-2], xs[:, 1:-1], xs[:, 2:]], -1), w), False),
     ],
