@@ -138,8 +138,8 @@ def _generated_pyproject() -> str:
     except metadata.PackageNotFoundError:
         requires = []
     requires = requires or [
-        "jax>=0.4.30",
-        "jaxlib",
+        "jax>=0.6.2",
+        "jaxlib>=0.6.2",
         "numpy",
         "nbformat",
         "nbclient",

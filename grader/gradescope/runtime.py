@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from grader import __version__
 from grader.batch.run import stamp
-from grader.course.config import COURSE_FILE, ConfigError, load_course
+from grader.course.config import COURSE_FILE, ConfigError, check_requirements, load_course
 from grader.course.late import apply_late
 from grader.gradescope.bundle import SKIP_DIRS
 from grader.grading.grade import grade_many
@@ -175,6 +175,20 @@ def _pick_assignment(course: Course, name: str | None) -> str:
             f"got {len(names)} ({', '.join(names) or 'none'}); rebuild it for one assignment"
         )
     return names[0]
+
+
+def preflight(root: Path = Path("/autograder")) -> str:
+    """What setup.sh checks once the image is built, so that a bundle the image cannot grade
+    fails its build instead of giving every submission a score of 0: the bundled course loads,
+    and the installed packages meet its assignment's ``requires`` (the pmap assignment needs JAX
+    0.8, which an image's Python 3.10 cannot install).  Returns the line setup.sh prints; raises
+    :class:`ConfigError` (an :class:`UnmetRequirementError` for ``requires``)."""
+    import jax
+
+    course = load_course(Path(root) / "source")
+    assignment = course.assignment(_pick_assignment(course, None))
+    check_requirements(assignment)
+    return f"jaxgrade {__version__}, jax {jax.__version__}: ready to grade {assignment.name}"
 
 
 def run(

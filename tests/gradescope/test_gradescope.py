@@ -109,6 +109,33 @@ def test_bundle_scripts(bundle):
     assert "-m grader.gradescope.runtime" in runner and "JAXGRADE_AUTOGRADER_ROOT" in runner
 
 
+@pytest.mark.parametrize("requires", ["", "requires: ['jax>=999']\n"], ids=["met", "unmet"])
+def test_setup_fails_the_build_where_the_image_cannot_grade_the_assignment(bundle, tmp_path, requires):
+    """setup.sh's last step, run as written: a bundle whose assignment the image's packages
+    cannot grade (the pmap assignment on an image with Python 3.10) fails its build, instead of
+    every submission getting a score of 0 with "the autograder failed"."""
+    root = _fake_autograder(bundle, tmp_path / "autograder", [])
+    if requires:
+        yaml_file = root / "source" / "assignments" / NAME / "assignment.yaml"
+        yaml_file.write_text(yaml_file.read_text() + requires)
+    (root / "venv" / "bin").mkdir(parents=True)
+    python = root / "venv" / "bin" / "python3"  # the image's venv: this test's Python
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    with zipfile.ZipFile(bundle) as zf:
+        setup = zf.read("setup.sh").decode()
+    (last,) = [line for line in setup.splitlines() if "preflight" in line and not line.startswith("#")]
+    done = subprocess.run(
+        ["bash", "-euc", last], env={**os.environ, "ROOT": str(root)}, capture_output=True, text=True, timeout=120
+    )
+    if requires:
+        assert done.returncode != 0, done.stdout
+        assert "vmap_convolve cannot be graded here: it needs jax>=999" in done.stderr, done.stderr
+    else:
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("jaxgrade ") and done.stdout.rstrip().endswith("ready to grade vmap_convolve")
+
+
 def test_bundle_course_matches_the_original(bundle, tmp_path):
     with zipfile.ZipFile(bundle) as zf:
         zf.extractall(tmp_path)

@@ -16,5 +16,6 @@ fi
 python3 -m venv "$ROOT/venv"
 "$ROOT/venv/bin/python3" -m pip install --upgrade pip
 "$ROOT/venv/bin/python3" -m pip install "$ROOT/source/jaxgrade"
-# fail the build now, not on the first submission
-"$ROOT/venv/bin/python3" -c "import grader.gradescope.bundle, jax; print('jaxgrade', grader.__version__, 'jax', jax.__version__)"
+# fail the build now, not on the first submission: the course loads, and what its assignment
+# requires is installed (the pmap assignment needs JAX 0.8, so Python 3.11 or newer)
+"$ROOT/venv/bin/python3" -c "import sys; from grader.gradescope.runtime import preflight; print(preflight(sys.argv[1]))" "$ROOT"
