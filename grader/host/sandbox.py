@@ -273,7 +273,8 @@ def sandbox_env(isolation: Isolation, scratch: str, extra: dict[str, str] | None
         "PYTHONUNBUFFERED": "1",
         "PYTHONNOUSERSITE": "1",
         # the worker and the evaluator are started with `-m` in their scratch folder: keep it off
-        # their sys.path (Python 3.11+; the kernel is started by its path on every Python)
+        # their sys.path (Python 3.11+; on 3.10 they take it off as they start:
+        # rlimits.drop_start_folder; the kernel is started by its path)
         "PYTHONSAFEPATH": "1",
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",

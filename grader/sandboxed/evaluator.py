@@ -355,4 +355,5 @@ def answer(header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], byte
 
 
 if __name__ == "__main__":
+    rlimits.drop_start_folder()  # started as a program: not when main() is called in a process of ours
     sys.exit(main())

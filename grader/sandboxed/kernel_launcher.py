@@ -18,7 +18,6 @@ shadows nothing the kernel imports.
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 from typing import Any
 
@@ -40,8 +39,9 @@ IGNORE_CWD = "--IPKernelApp.ignore_cwd=True"
 
 
 def main() -> None:
-    # run as a script, Python put this file's folder first on sys.path (where PYTHONSAFEPATH is not set)
-    if sys.path and os.path.abspath(sys.path[0] or os.curdir) == os.path.dirname(os.path.abspath(__file__)):
+    # run as a script, Python put this file's folder (its real path) first on sys.path, unless
+    # PYTHONSAFEPATH (3.11+) kept it off
+    if sys.path and not getattr(sys.flags, "safe_path", False):
         del sys.path[0]
     refuse = _Refuse()
     sys.meta_path.insert(0, refuse)

@@ -1,7 +1,8 @@
 """Resource limits (rlimits) that a sandboxed process sets on itself before it reads any input.
 
 Runs inside the sandbox: the worker and the evaluator call :func:`apply_limits` first thing, and
-the student's kernel inherits the limits from the worker.
+the student's kernel inherits the limits from the worker.  :func:`drop_start_folder` keeps their
+scratch folder off their module path.
 """
 
 from __future__ import annotations
@@ -45,3 +46,13 @@ def apply_limits(args: argparse.Namespace) -> None:
         except (ValueError, OSError):
             # RLIMIT_NPROC can fail when the user already has more processes; keep going
             print(f"jaxgrade worker: could not set limit {which} to {new}", file=sys.stderr)
+
+
+def drop_start_folder() -> None:
+    """Take the folder ``python -m`` put first on ``sys.path`` (the working directory: the
+    scratch folder, which student code can write) off it again, where ``PYTHONSAFEPATH`` (Python
+    3.11+, set in the sandbox's environment) did not keep it off: a module the process imports
+    later, after student code ran, is then never one planted there.  Called as the worker and
+    the evaluator start as programs (their scratch folder holds nothing yet then)."""
+    if sys.path and not getattr(sys.flags, "safe_path", False):
+        del sys.path[0]

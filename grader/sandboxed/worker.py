@@ -756,4 +756,5 @@ def _reserve_space(path: str, size: int) -> str | None:
 
 
 if __name__ == "__main__":
+    rlimits.drop_start_folder()  # started as a program: not when main() is called in a process of ours
     sys.exit(main())
