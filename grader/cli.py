@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from packaging.requirements import Requirement
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
@@ -76,7 +77,8 @@ def _fail(exc: CliError | ConfigError, err: TextIO) -> int:
     elif isinstance(exc, UnmetRequirementError):
         print(f"jaxgrade: error: {exc}", file=err)
         wanted = " ".join(f"'{req}'" for req in exc.unmet)
-        python = "; JAX 0.7 and later need Python 3.11 or newer" if any(r.startswith("jax") for r in exc.unmet) else ""
+        jax = any(Requirement(r).name in ("jax", "jaxlib") for r in exc.unmet)
+        python = "; JAX 0.7 and later need Python 3.11 or newer" if jax and sys.version_info < (3, 11) else ""
         print(f"TIP: install it where jaxgrade runs (`pip install {wanted}`{python}).", file=err)
     else:
         print(f"jaxgrade: error: {exc}", file=err)

@@ -61,15 +61,23 @@ def unmet_requirements(requires: typing.Iterable[str]) -> dict[str, str]:
     with what is installed."""
     from importlib import metadata
 
+    from packaging.version import InvalidVersion
+
     unmet = {}
     for text in requires:
         req = Requirement(text)
+        if req.marker is not None and not req.marker.evaluate():
+            continue  # for another Python or platform (`; python_version >= "3.11"`)
         try:
             have = metadata.version(req.name)
         except metadata.PackageNotFoundError:
             unmet[text] = f"{req.name} is not installed"
             continue
-        if not req.specifier.contains(have, prereleases=True):
+        try:
+            met = req.specifier.contains(have, prereleases=True)
+        except InvalidVersion:
+            met = False
+        if not met:
             unmet[text] = f"{req.name} {have} is installed"
     return unmet
 

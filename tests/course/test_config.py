@@ -404,3 +404,7 @@ def test_unmet_requirements_name_what_is_installed() -> None:
         "jax>=999": f"jax {jax} is installed",
         "no-such-package-jaxgrade>=1": "no-such-package-jaxgrade is not installed",
     }
+    # a requirement for another Python is not this one's
+    assert unmet_requirements(['jax>=999; python_version < "3"', 'jax>=999; python_version >= "3"']) == {
+        'jax>=999; python_version >= "3"': f"jax {jax} is installed"
+    }
