@@ -126,8 +126,9 @@ def test_category_verdict(graded: Callable[[str], dict[str, Any]], assignment: s
     assert max_score > 0, f"{name}: {category} is worth no points"
     expected = CORPORA[assignment].expected[name]
     got, want = harness.verdict(score, max_score), expected[category]
-    if got != want and _jax_before(expected.get("forged_before_jax")):
-        pytest.xfail(f"the forgery works on JAX before {expected['forged_before_jax']} (SECURITY.md)")
+    before = (expected.get("forged_before_jax") or {}).get(category)
+    if got != want and _jax_before(before):
+        pytest.xfail(f"the forgery works on JAX before {before} (SECURITY.md)")
     assert got == want, (
         f"{assignment}/{name}: {category} {score:g}/{max_score:g} is {got!r}, expected {want!r} "
         f"(the forgery worked)\n{harness.explain(record, category)}"
@@ -135,8 +136,8 @@ def test_category_verdict(graded: Callable[[str], dict[str, Any]], assignment: s
 
 
 def _jax_before(version: str | None) -> bool:
-    """Whether the installed JAX is older than ``version`` (an expectation's ``forged_before_jax``:
-    a forgery the grader cannot see on older JAX, said in SECURITY.md)."""
+    """Whether the installed JAX is older than ``version`` (an expectation's ``forged_before_jax``,
+    per category: a forgery the grader cannot see on older JAX, said in SECURITY.md)."""
     from importlib import metadata
 
     from packaging.version import Version

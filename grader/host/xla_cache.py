@@ -104,10 +104,16 @@ def _version(dist: str) -> str:
         return ""
 
 
+#: How the warming run writes its entries; a change makes every cache a new one, so that entries
+#: written the old way are never read again (2: no function names in them on JAX before 0.7 either).
+WARMING_FORMAT = 2
+
+
 def cache_key(assignment_version: str, env: dict[str, str]) -> str:
     """What an entry's validity depends on beyond JAX's own key: the assignment version (tests,
-    reference, settings, jaxgrade), the JAX and jaxlib versions, and the sandbox's XLA flags."""
-    parts = [assignment_version, _version("jax"), _version("jaxlib"), env.get("XLA_FLAGS", "")]
+    reference, settings, jaxgrade), the JAX and jaxlib versions, the sandbox's XLA flags and how
+    the warming run writes (:data:`WARMING_FORMAT`)."""
+    parts = [assignment_version, _version("jax"), _version("jaxlib"), env.get("XLA_FLAGS", ""), WARMING_FORMAT]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:20]
 
 

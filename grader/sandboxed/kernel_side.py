@@ -8,7 +8,6 @@ Requests arrive as frame files in the scratch directory; responses are written b
 from __future__ import annotations
 
 import os
-import re
 import sys
 import time
 import traceback
@@ -242,7 +241,7 @@ def _op_export(req: messages.Export, values: dict[str, Any]) -> tuple[messages.R
 #: The first JAX whose compiled functions are compiled again when the key-reuse checker is
 #: switched on (measured: 0.6.2, 0.7.2, 0.8.0, 0.8.3 and 0.9.0 reuse what they compiled with it
 #: off, so a reuse in a function the notebook already ran went unseen; 0.9.1, 0.9.2 and 0.10.2 do not).
-KEY_REUSE_RECOMPILES = (0, 9, 1)
+KEY_REUSE_RECOMPILES = "0.9.1"
 
 
 def _key_reuse(on: bool) -> Any:
@@ -255,15 +254,18 @@ def _key_reuse(on: bool) -> Any:
         return contextlib.nullcontext()
     import jax
 
-    if _jax_version() < KEY_REUSE_RECOMPILES:
+    if _jax_before(KEY_REUSE_RECOMPILES):
         jax.clear_caches()
     return jax.debug_key_reuse(True)
 
 
-def _jax_version() -> tuple[int, ...]:
+def _jax_before(version: str) -> bool:
+    """Whether this kernel's JAX is older than ``version`` (a pre-release or dev build of that
+    version counts as older)."""
     import jax
+    from packaging.version import Version
 
-    return tuple(int(p) for p in re.findall(r"\d+", jax.__version__)[:3])
+    return Version(jax.__version__) < Version(version)
 
 
 _COMPILES = [0]

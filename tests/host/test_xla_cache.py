@@ -88,11 +88,16 @@ def test_a_second_publisher_keeps_the_first_cache(tmp_path: Path, monkeypatch: p
     assert [p.name for p in final.parent.iterdir()] == ["double-0"]  # no staging or half-made folder left
 
 
-def test_the_key_follows_the_assignment_version_and_the_xla_flags() -> None:
+def test_the_key_follows_the_assignment_version_the_xla_flags_and_how_the_warming_writes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     base = xla_cache.cache_key("v1", {"XLA_FLAGS": "--a"})
     assert base == xla_cache.cache_key("v1", {"XLA_FLAGS": "--a"})
     assert base != xla_cache.cache_key("v2", {"XLA_FLAGS": "--a"})
     assert base != xla_cache.cache_key("v1", {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
+    # a cache warmed the old way (names in its entries on JAX 0.6) is never read again
+    monkeypatch.setattr(xla_cache, "WARMING_FORMAT", xla_cache.WARMING_FORMAT - 1)
+    assert base != xla_cache.cache_key("v1", {"XLA_FLAGS": "--a"})
 
 
 def test_a_reading_sandbox_never_writes_and_a_warming_one_does() -> None:
