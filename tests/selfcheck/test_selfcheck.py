@@ -253,3 +253,28 @@ def test_setup_removes_its_previous_folder_and_cleans_up_at_exit(bundle: Path) -
         assert not second.exists()
     finally:
         live._CHECKER[:] = saved
+
+
+def test_an_assignment_this_kernel_cannot_check_says_why(bundle: Path) -> None:
+    """The pmap assignment in a kernel with JAX before 0.8 (Colab on Python 3.10): `jc.check()`
+    names what is missing instead of failing every test with export errors."""
+    from importlib import metadata
+
+    from grader.selfcheck import live
+
+    payload = encode_payload(
+        {"grading.yaml": (bundle / "grading.yaml").read_text()}
+        | {"assignment.yaml": (bundle / "assignment.yaml").read_text() + "requires: ['jax>=999']\n"}
+        | {"tests/test_public.py": (bundle / "tests" / "test_public.py").read_text()}
+    )
+    saved = list(live._CHECKER)
+    try:
+        live.setup("vmap_convolve", payload)
+        with pytest.raises(SelfCheckError) as info:
+            run()
+        assert str(info.value) == (
+            f"vmap_convolve cannot be checked in this kernel: it needs jax>=999 (jax {metadata.version('jax')} is installed)"
+        )
+    finally:
+        live._remove_folders()
+        live._CHECKER[:] = saved
