@@ -39,7 +39,6 @@ from grader.course.config import (
     check_requirements,
     find_course_root,
     load_course,
-    unmet_requirements,
 )
 from grader.grading import check_server
 from grader.grading.record import Record
@@ -748,8 +747,11 @@ def cmd_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         a = course.assignment(name, staff=False)
         points = collect_points(a, hidden=a.hidden_tests.is_dir())
         per = ", ".join(f"{c} {p:g}" for c, p in points.items())
-        unmet = unmet_requirements(a.config.requires)
-        needs = f"; cannot be graded here: needs {', '.join(f'{r} ({h})' for r, h in unmet.items())}" if unmet else ""
+        try:
+            check_requirements(a)
+            needs = ""
+        except UnmetRequirementError as exc:
+            needs = f"; cannot be graded here: needs {exc.needs}"
         print(f"{name:24} {a.title} — {sum(points.values()):g} points ({per}){needs}", file=out)
     return EXIT_OK
 

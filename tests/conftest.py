@@ -74,20 +74,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: item.get_closest_marker("corpus") is None)  # stable: the order within stays
 
 
-def unmet_requirements_of(assignment: str) -> str:
-    """Why the installed packages cannot grade the course's ``assignment`` (its ``requires``:
-    the pmap assignment needs JAX 0.8, which Python 3.10 cannot install), or "" where they can."""
-    from grader.course.config import load_course, unmet_requirements
-
-    unmet = unmet_requirements(load_course(REPO).assignment(assignment, staff=False).config.requires)
-    return f"{assignment} needs {'; '.join(f'{r} ({h})' for r, h in unmet.items())}" if unmet else ""
-
-
 def needs_requirements_of(assignment: str) -> pytest.MarkDecorator:
-    """Skip a test that grades (or exports) what ``assignment`` does where the installed packages
-    cannot grade it, as jaxgrade itself refuses to."""
-    why = unmet_requirements_of(assignment)
+    """Skip a test that grades (or exports) what the course's ``assignment`` does where the
+    installed packages cannot grade it (its ``requires``: the pmap assignment needs JAX 0.8,
+    which Python 3.10 cannot install), as jaxgrade itself refuses to."""
+    from grader.course.config import UnmetRequirementError, check_requirements, load_course
+
+    why = ""
+    try:
+        check_requirements(load_course(REPO).assignment(assignment, staff=False))
+    except UnmetRequirementError as exc:
+        why = str(exc)
     return pytest.mark.skipif(bool(why), reason=why)
+
+
+def jax_before(version: str) -> bool:
+    """Whether the installed JAX is older than ``version``: for what a test expects only of newer
+    JAX (SECURITY.md, "Older JAX sees less")."""
+    from importlib import metadata
+
+    from packaging.version import Version
+
+    return Version(metadata.version("jax")) < Version(version)
 
 
 def build_notebook(*sources: str) -> str:

@@ -94,13 +94,14 @@ def grade(corpus: Corpus, *, jobs: int = JOBS) -> dict[str, Any]:
     limits over the assignment's: a notebook that loops for ever in a cell is interrupted after
     the ``cell_timeout`` it names instead of the assignment's 60 s, which would keep a core
     spinning for a minute of every suite run to show the same interrupt."""
-    from grader.course.config import load_course, unmet_requirements
+    from grader.course.config import UnmetRequirementError, check_requirements, load_course
     from grader.grading.grade import grade_many
 
     assignment = load_course(ROOT).assignment(corpus.assignment)
-    unmet = unmet_requirements(assignment.config.requires)
-    if unmet:  # jaxgrade refuses to grade it here (UnmetRequirementError), and says why
-        pytest.skip(f"{corpus.assignment} needs {'; '.join(f'{r} ({h})' for r, h in unmet.items())}")
+    try:
+        check_requirements(assignment)
+    except UnmetRequirementError as exc:  # jaxgrade refuses to grade it here, and says why
+        pytest.skip(str(exc))
     batches: dict[str, list[Path]] = {}
     for name in sorted(corpus.expected):
         limits = json.dumps(corpus.expected[name].get("limits") or {}, sort_keys=True)

@@ -46,6 +46,8 @@ import corpus_harness as harness
 import numpy as np
 import pytest
 
+from tests.conftest import jax_before
+
 FORGERY = harness.ROOT / "tests" / "corpus" / "forgery"
 ASSIGNMENTS = ("vmap_convolve", "jit_control_flow", "pmap", "prng_keys", "functional_updates")
 CORPORA = {a: harness.load(a, FORGERY / a) for a in ASSIGNMENTS}
@@ -127,22 +129,12 @@ def test_category_verdict(graded: Callable[[str], dict[str, Any]], assignment: s
     expected = CORPORA[assignment].expected[name]
     got, want = harness.verdict(score, max_score), expected[category]
     before = (expected.get("forged_before_jax") or {}).get(category)
-    if got != want and _jax_before(before):
+    if got != want and before is not None and jax_before(before):
         pytest.xfail(f"the forgery works on JAX before {before} (SECURITY.md)")
     assert got == want, (
         f"{assignment}/{name}: {category} {score:g}/{max_score:g} is {got!r}, expected {want!r} "
         f"(the forgery worked)\n{harness.explain(record, category)}"
     )
-
-
-def _jax_before(version: str | None) -> bool:
-    """Whether the installed JAX is older than ``version`` (an expectation's ``forged_before_jax``,
-    per category: a forgery the grader cannot see on older JAX, said in SECURITY.md)."""
-    from importlib import metadata
-
-    from packaging.version import Version
-
-    return version is not None and Version(metadata.version("jax")) < Version(version)
 
 
 # --------------------------------------------------------------------------- hidden inputs

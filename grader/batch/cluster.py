@@ -67,7 +67,14 @@ import distributed
 
 import grader
 from grader.batch.pool import Lost, Raised
-from grader.course.config import COURSE_FILE, Assignment, ConfigError, check_requirements, load_course
+from grader.course.config import (
+    COURSE_FILE,
+    Assignment,
+    ConfigError,
+    UnmetRequirementError,
+    check_requirements,
+    load_course,
+)
 from grader.grading.grade import _bug_record, _init_worker, _lost_record, _task, cache_plan
 from grader.grading.record import Record, cap_record
 from grader.host.sandbox import choose_isolation
@@ -306,7 +313,6 @@ def _check(bundle: CourseBundle, root: Path) -> None:
     try:
         assignment = load_course(root).assignment(bundle.name, staff=True)
         mine, version = fingerprint(assignment), assignment.version()
-        check_requirements(assignment)  # this worker's packages, not only the coordinator's
     except ConfigError as exc:
         raise CourseMismatch(
             f"worker {_here()} (jaxgrade {grader.__version__}) cannot read the course of version {bundle.version}: {exc}"
@@ -317,6 +323,10 @@ def _check(bundle: CourseBundle, root: Path) -> None:
             f"worker {_here()} refuses to grade {bundle.name}: its course version is {version}, the "
             f"coordinator's is {bundle.version}; what differs: {'; '.join(diff) or 'the version digest'}"
         )
+    try:  # this worker's packages, not only the coordinator's
+        check_requirements(assignment)
+    except UnmetRequirementError as exc:
+        raise CourseMismatch(f"worker {_here()} refuses to grade: {exc}") from None
 
 
 def course_root(bundle: CourseBundle) -> Path:

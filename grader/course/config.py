@@ -51,8 +51,9 @@ class UnmetRequirementError(ConfigError):
     """The installed packages do not meet an assignment's ``requires``."""
 
     def __init__(self, assignment: str, unmet: dict[str, str]) -> None:
-        needs = "; ".join(f"{req} ({have})" for req, have in unmet.items())
-        super().__init__(f"{assignment} cannot be graded here: it needs {needs}")
+        #: what it needs, with what is installed: ``jax>=0.8 (jax 0.6.2 is installed)``
+        self.needs = "; ".join(f"{req} ({have})" for req, have in unmet.items())
+        super().__init__(f"{assignment} cannot be graded here: it needs {self.needs}")
         self.assignment, self.unmet = assignment, unmet
 
 

@@ -177,6 +177,12 @@ def _pick_assignment(course: Course, name: str | None) -> str:
     return names[0]
 
 
+def _bundled_assignment(root: Path, name: str | None = None) -> Assignment:
+    """The assignment of the bundle unpacked in ``root/source`` (its only one, unless named)."""
+    course = load_course(Path(root) / "source")
+    return course.assignment(_pick_assignment(course, name))
+
+
 def preflight(root: Path = Path("/autograder")) -> str:
     """What setup.sh checks once the image is built, so that a bundle the image cannot grade
     fails its build instead of giving every submission a score of 0: the bundled course loads,
@@ -185,8 +191,7 @@ def preflight(root: Path = Path("/autograder")) -> str:
     :class:`ConfigError` (an :class:`UnmetRequirementError` for ``requires``)."""
     import jax
 
-    course = load_course(Path(root) / "source")
-    assignment = course.assignment(_pick_assignment(course, None))
+    assignment = _bundled_assignment(root)
     check_requirements(assignment)
     return f"jaxgrade {__version__}, jax {jax.__version__}: ready to grade {assignment.name}"
 
@@ -206,9 +211,8 @@ def run(
     even that was possible."""
     root = Path(root)
     try:
-        course = load_course(root / "source")
-        name = _pick_assignment(course, assignment_name)
-        assignment = course.assignment(name)
+        assignment = _bundled_assignment(root, assignment_name)
+        name = assignment.name
         try:
             notebook = find_notebook(root / "submission", assignment.starter.name, name)
         except NoSubmission as exc:

@@ -39,10 +39,10 @@ IGNORE_CWD = "--IPKernelApp.ignore_cwd=True"
 
 
 def main() -> None:
-    # run as a script, Python put this file's folder (its real path) first on sys.path, unless
-    # PYTHONSAFEPATH (3.11+) kept it off
-    if sys.path and not getattr(sys.flags, "safe_path", False):
-        del sys.path[0]
+    # `grader` is found on PYTHONPATH: the working directory is not on sys.path (run by path)
+    from grader.sandboxed.rlimits import drop_start_folder
+
+    drop_start_folder()  # this file's folder
     refuse = _Refuse()
     sys.meta_path.insert(0, refuse)
     try:

@@ -49,10 +49,12 @@ def apply_limits(args: argparse.Namespace) -> None:
 
 
 def drop_start_folder() -> None:
-    """Take the folder ``python -m`` put first on ``sys.path`` (the working directory: the
-    scratch folder, which student code can write) off it again, where ``PYTHONSAFEPATH`` (Python
-    3.11+, set in the sandbox's environment) did not keep it off: a module the process imports
-    later, after student code ran, is then never one planted there.  Called as the worker and
-    the evaluator start as programs (their scratch folder holds nothing yet then)."""
+    """Take the folder Python put first on ``sys.path`` as the program started off it again,
+    where ``PYTHONSAFEPATH`` (Python 3.11+, set in the sandbox's environment) did not keep it
+    off.  Under ``python -m`` (the worker, the evaluator) it is the working directory, the
+    scratch folder, which student code can write: a module the process imports later, after
+    student code ran, is then never one planted there (their scratch folder holds nothing yet
+    as they start).  For a script run by its path (the kernel's launcher) it is the script's own
+    folder, whose modules would shadow a student's helper module of the same name."""
     if sys.path and not getattr(sys.flags, "safe_path", False):
         del sys.path[0]

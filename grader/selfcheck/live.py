@@ -25,7 +25,7 @@ import pytest
 
 from grader import __version__
 from grader.cli import HIDDEN_TESTS_NOTE, render_check
-from grader.course.config import Assignment, load_course, unmet_requirements
+from grader.course.config import Assignment, UnmetRequirementError, check_requirements, load_course
 from grader.errors import Location, first_line
 from grader.grading.grade import _missing, _set_trusted_devices, run_tests
 from grader.grading.record import Record, total
@@ -285,10 +285,10 @@ class Checker:
 
     def run(self, function: str | None = None) -> Result:
         a = self.assignment
-        unmet = unmet_requirements(a.config.requires)
-        if unmet:  # its tests would fail every solution here (the pmap assignment on JAX before 0.8)
-            needs = "; ".join(f"{r} ({h})" for r, h in unmet.items())
-            raise SelfCheckError(f"{a.name} cannot be checked in this kernel: it needs {needs}")
+        try:  # its tests would fail every solution here (the pmap assignment on JAX before 0.8)
+            check_requirements(a)
+        except UnmetRequirementError as exc:
+            raise SelfCheckError(f"{a.name} cannot be checked in this kernel: it needs {exc.needs}") from None
         if function is not None and function not in a.functions:
             close = difflib.get_close_matches(function, a.functions, n=1)
             raise SelfCheckError(

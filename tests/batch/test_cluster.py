@@ -30,6 +30,7 @@ from grader.batch.cluster import (
     ClusterError,
     CourseBundle,
     CourseMismatch,
+    _check,
     _in_child,
     _lock,
     _private_dir,
@@ -287,6 +288,23 @@ def test_a_bundle_path_outside_the_course_is_refused(tmp_path: Path) -> None:
     evil = dataclasses.replace(bundle, files={"../escaped.py": b"x"}, sha256={})
     with pytest.raises(CourseMismatch, match=r"a path outside the course: '\.\./escaped\.py'"):
         _unpack(evil)
+
+
+def test_a_worker_whose_packages_cannot_grade_the_assignment_refuses(tmp_path: Path) -> None:
+    """The coordinator's packages meet the assignment's ``requires``; a worker checks its own
+    (another machine, another JAX) and refuses the course, naming what it lacks, instead of
+    grading every notebook into a grader error."""
+    from importlib import metadata
+
+    root = make_minicourse(tmp_path / "c")
+    yaml_file = root / "assignments" / "double" / "assignment.yaml"
+    yaml_file.write_text(yaml_file.read_text() + "requires: ['jax>=999']\n")
+    bundle = CourseBundle.build(load_course(root).assignment("double"))
+    with pytest.raises(CourseMismatch) as info:
+        _check(bundle, _unpack(bundle))
+    assert str(info.value).endswith(
+        f"refuses to grade: double cannot be graded here: it needs jax>=999 (jax {metadata.version('jax')} is installed)"
+    ), info.value
 
 
 def test_courses_of_dead_worker_processes_are_swept(tmp_path: Path) -> None:

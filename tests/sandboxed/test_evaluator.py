@@ -23,11 +23,10 @@ import numpy as np
 import pytest
 from jax import export, lax
 
-from grader.host import xla_cache
 from grader.host.session import _analysis
 from grader.sandboxed.evaluator import _evaluate, analyze_module
 from grader.wire import protocol
-from tests.conftest import needs_requirements_of
+from tests.conftest import jax_before, needs_requirements_of
 
 
 def conv(x, w):
@@ -132,7 +131,7 @@ def _rows(xs, w):
             lambda xs, w: jax.jit(jax.vmap(lambda x: jnp.dot(x[:3], w)))(xs),
             True,
             marks=pytest.mark.xfail(
-                xla_cache.keeps_a_frame_at_limit_zero(),  # JAX before 0.7
+                jax_before("0.7"),
                 reason="JAX before 0.7 keeps no vmap( in an inner jit's name stack (SECURITY.md)",
                 strict=True,
             ),
