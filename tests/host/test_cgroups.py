@@ -189,7 +189,11 @@ def test_real_cpu_shares_are_per_sandbox_not_per_process() -> None:
     assert HOST is not None
     many = SandboxCgroup.create(HOST, CgroupLimits(1 << 30, 100, 100))
     one = SandboxCgroup.create(HOST, CgroupLimits(1 << 30, 100, 100))
-    spin = "import time\nt = time.time() + 3\nwhile time.time() < t: pass"
+    # every process spins in the same 3 s, from a moment after all of them have started: the
+    # groups then compete only with each other (a process that spun as soon as it started would
+    # give the group started first the CPU while the other's processes were still starting)
+    start = time.time() + 2
+    spin = f"import time\nwhile time.time() < {start}: time.sleep(0.01)\nwhile time.time() < {start + 3}: pass"
     cpus = os.cpu_count() or 1
     try:
         procs = [
