@@ -32,9 +32,12 @@ progress line and the summary are the same code.
   looks at that event every :data:`STOP_POLL` seconds while it waits for its child; once it is
   set, it stops the child's grading as a Ctrl-C stops a local one (:data:`STOP_SIGNAL`: the
   sandboxes are closed and their folders removed), and kills the child if that takes more than
-  :data:`STOP_GRACE` seconds: the notebooks being graded stop too.  A coordinator that dies
-  without a word (SIGKILL, a lost connection) sets nothing: its running tasks finish their
-  notebooks, and their results are dropped.
+  :data:`STOP_GRACE` seconds: the notebooks being graded stop too.
+- **A coordinator that dies without a word** (SIGKILL, a crash of its machine) sets nothing, but
+  the scheduler drops its client and, with it, every task only that client wanted.  At the same
+  looks, a task asks the scheduler for its own state, and stops its grading the same way once
+  nobody waits for its result (:data:`NOT_WANTED`).  A connection lost without being closed stops
+  the tasks only once the scheduler has dropped the client.
 """
 
 from __future__ import annotations
@@ -498,13 +501,18 @@ def _cache_for(assignment: Assignment, root: Path, iso: str, stopped: Callable[[
 #: row that may fail before it stops asking.
 STOP_ASK_TIMEOUT = 2.0
 STOP_ASK_FAILURES = 3
+#: The scheduler's states of a running task's key that say nobody waits for its result: the
+#: coordinator's client was dropped (it died, or its connection closed) or it cancelled the task.
+#: While the task runs and is wanted, the key is ``processing``; any other state grades on.
+NOT_WANTED = frozenset({None, "released", "forgotten"})
 
 
 def _stop_event(name: str | None) -> Callable[[], bool] | None:
-    """Whether the coordinator has set the run's stop event (:func:`grade_on_cluster`), asked
-    through this worker's client.  Where the scheduler cannot say (no client, no answer within
-    :data:`STOP_ASK_TIMEOUT`, :data:`STOP_ASK_FAILURES` times in a row), the task says so once
-    and grades on without looking again."""
+    """Whether the batch was stopped, asked through this worker's client: the coordinator has
+    set the run's stop event (:func:`grade_on_cluster`), or the scheduler no longer wants this
+    task's result (:data:`NOT_WANTED`: the coordinator is gone).  Where the scheduler cannot say
+    (no client, no answer within :data:`STOP_ASK_TIMEOUT`, :data:`STOP_ASK_FAILURES` times in a
+    row), the task says so once and grades on without looking again."""
     if not name:
         return None
     try:
@@ -512,20 +520,32 @@ def _stop_event(name: str | None) -> Callable[[], bool] | None:
     except Exception as exc:  # grading goes on; only an early stop would not reach this task
         log.warning("worker %s cannot watch for the batch's stop: %s", _here(), exc)
         return None
+    try:  # outside a task (a test), there is no key to ask about: the event alone
+        key = distributed.get_worker().get_current_task()
+    except Exception:
+        key = None
     failures: list[Exception] = []  # in a row
+
+    def ask() -> bool:
+        if client.sync(client.scheduler.event_is_set, name=name, callback_timeout=STOP_ASK_TIMEOUT) is True:
+            return True
+        if key is None:
+            return False
+        states = client.sync(client.scheduler.get_task_status, keys=[key], callback_timeout=STOP_ASK_TIMEOUT)
+        return isinstance(states, dict) and states.get(key, "missing") in NOT_WANTED
 
     def stopped() -> bool:
         if len(failures) >= STOP_ASK_FAILURES:
             return False
         try:
-            answer = client.sync(client.scheduler.event_is_set, name=name, callback_timeout=STOP_ASK_TIMEOUT)
+            answer = ask()
         except Exception as exc:
             failures.append(exc)
             if len(failures) == STOP_ASK_FAILURES:
                 log.warning("worker %s stops watching for the batch's stop: %s", _here(), exc)
             return False
         failures.clear()
-        return answer is True
+        return answer
 
     return stopped
 

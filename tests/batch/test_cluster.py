@@ -249,6 +249,54 @@ def test_a_batch_stopped_early_stops_the_notebooks_being_graded_too(
     assert not [p for p in scratch if p.exists()], "the stopped grading left its scratch folder"
 
 
+def test_a_coordinator_killed_mid_batch_stops_the_notebooks_being_graded(
+    cluster: distributed.LocalCluster, course: Path, tmp_path: Path
+) -> None:
+    """`kill -9` of the coordinator (`jaxgrade grade --scheduler`) while a worker grades a
+    notebook of long cells: nobody sets the run's stop event, but the scheduler drops the dead
+    coordinator's client and the task it wanted, and the task, at its next look, stops its
+    grading (the sandbox closed, its scratch folder removed) instead of grading that notebook
+    for a result nobody will receive."""
+    import subprocess
+    import sys
+
+    from grader.batch.cluster import STOP_GRACE, STOP_POLL
+
+    long = build_notebook("import time\ntime.sleep(60)", "def double(x):\n    return 2 * x")
+    folder = make_class(tmp_path / "class", {"s0_long": long})
+    with distributed.Client(cluster, set_as_default=False) as client:
+        pids = client.run(os.getpid)
+    argv = ["--course", str(course), "grade", "--assignment", "double", "--out", str(tmp_path / "out")]
+    log = tmp_path / "coordinator.log"
+    with log.open("wb") as err:
+        coordinator = subprocess.Popen(
+            [sys.executable, "-m", "grader", *argv, "--scheduler", cluster.scheduler_address, "--no-cache", str(folder)],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    try:
+        grading: int | None = None
+        deadline = time.monotonic() + 60
+        while grading is None and time.monotonic() < deadline and coordinator.poll() is None:
+            grading = next((c for pid in pids.values() if (c := _grading(pid))), None)
+            time.sleep(0.1)
+        assert grading is not None, f"s0_long's grading process was not found: {log.read_text()}"
+        time.sleep(1)  # into the long cell
+        sandbox, scratch = _children(grading), _scratch_of(grading)
+        assert sandbox and scratch, "s0_long's sandbox and its scratch folder were not found"
+        coordinator.kill()
+        coordinator.wait(timeout=10)
+        deadline = time.monotonic() + STOP_POLL + STOP_GRACE + 15
+        while not all(_gone(p) for p in [grading, *sandbox]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _gone(grading), "the notebook went on being graded after its coordinator died"
+        assert all(_gone(p) for p in sandbox), "the sandbox outlived the coordinator"
+        assert not [p for p in scratch if p.exists()], "the stopped grading left its scratch folder"
+    finally:
+        coordinator.kill()
+        coordinator.wait(timeout=10)
+
+
 def _pretend_jaxgrade(version: str) -> None:
     grader.__version__ = version  # Assignment.version() reads it at each call
 
@@ -494,3 +542,38 @@ def test_a_task_stops_asking_for_the_stop_only_after_failures_in_a_row(monkeypat
     assert [stopped() for _ in range(cluster.STOP_ASK_FAILURES + 2)] == [False] * (cluster.STOP_ASK_FAILURES + 2)
     assert len(asked) == cluster.STOP_ASK_FAILURES  # it stopped asking
     assert cluster._stop_event(None) is None
+
+
+def test_a_task_stops_only_when_the_scheduler_no_longer_wants_its_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Besides the event, a task asks for its own key's state: released or forgotten (its
+    coordinator dropped or cancelled it) stops it; processing, or an answer it cannot read,
+    grades on."""
+    from grader.batch import cluster
+
+    state: list[object] = []
+
+    class Client:
+        scheduler = SimpleNamespace(event_is_set="event_is_set", get_task_status="get_task_status")
+
+        def sync(self, func: str, *, callback_timeout: float, **kwargs: object) -> object:
+            if func == "event_is_set":
+                return False
+            assert kwargs == {"keys": ["jaxgrade-double-s0-1"]}
+            return state[0]
+
+    monkeypatch.setattr(cluster.distributed, "get_client", lambda timeout: Client())
+    monkeypatch.setattr(
+        cluster.distributed, "get_worker", lambda: SimpleNamespace(get_current_task=lambda: "jaxgrade-double-s0-1")
+    )
+    stopped = cluster._stop_event("jaxgrade-stop-z")
+    assert stopped is not None
+    for answer, stops in [
+        ({"jaxgrade-double-s0-1": "processing"}, False),
+        ({"jaxgrade-double-s0-1": "released"}, True),
+        ({"jaxgrade-double-s0-1": "forgotten"}, True),
+        ({"jaxgrade-double-s0-1": None}, True),  # the scheduler has forgotten the key
+        ({}, False),  # not an answer about this key
+        (None, False),
+    ]:
+        state[:] = [answer]
+        assert stopped() is stops, answer
