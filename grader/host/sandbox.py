@@ -18,9 +18,11 @@ plain subprocess in its own session, and :func:`isolation_warning` says what is 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import platform
+import re
 import secrets
 import shutil
 import signal
@@ -659,6 +661,7 @@ def make_scratch(prefix: str = "jaxgrade-", size_bytes: int | None = None) -> Pa
     # suite).  Registered and not made (a Ctrl-C before mkdir) costs nothing: removing it is a
     # no-op.  96 random bits: a name that exists is someone else's, and is not kept registered.
     base = Path(tempfile.gettempdir()).absolute()
+    _sweep_abandoned_scratch_once(str(base))
     for attempt in range(100):
         path = base / f"{prefix}{secrets.token_hex(12)}"
         _SCRATCH.add(path)
@@ -670,6 +673,7 @@ def make_scratch(prefix: str = "jaxgrade-", size_bytes: int | None = None) -> Pa
             if not isinstance(exc, FileExistsError) or attempt == 99:
                 raise
     try:
+        _hold_scratch_lock(path)
         os.chmod(path, 0o700)
         if size_bytes is not None and scratch_status()[0]:
             opts = f"size={int(size_bytes)},mode=0700,nosuid,nodev"
@@ -692,6 +696,11 @@ def remove_scratch(path: Path) -> None:
         subprocess.run(["umount", "-l", str(path)], capture_output=True)
     shutil.rmtree(path, ignore_errors=True)
     _SCRATCH.discard(path)
+    fd = _SCRATCH_LOCKS.pop(path, None)
+    if fd is not None:  # the folder first: a lock without its folder is swept; a folder without its lock is not
+        with contextlib.suppress(OSError):
+            os.unlink(_lock_of(path))
+        os.close(fd)
 
 
 def remove_own_scratch() -> None:
@@ -699,6 +708,84 @@ def remove_own_scratch() -> None:
     stops (``check --watch``), once its sandboxes are closed, whatever moment Ctrl-C chose."""
     for path in list(_SCRATCH):
         remove_scratch(path)
+
+
+#: The held lock of each scratch directory this process made (:func:`_hold_scratch_lock`).
+_SCRATCH_LOCKS: dict[Path, int] = {}
+#: What :func:`make_scratch` names its directories: a prefix, 24 hex digits; and their locks.
+_SCRATCH_NAME = re.compile(r"(jaxgrade-[a-z-]*[0-9a-f]{24})\.lock")
+
+
+def _lock_of(path: Path) -> Path:
+    return path.with_name(path.name + ".lock")
+
+
+def _hold_scratch_lock(path: Path) -> None:
+    """Say that this process uses ``path`` for as long as it lives: ``<path>.lock``, beside it
+    (out of the sandbox's reach), locked (``flock``) by a descriptor this process holds.  The
+    kernel drops the lock when the process dies, however it dies, so a later grader that can
+    take it knows the directory was abandoned (:func:`sweep_abandoned_scratch`).  Made under a
+    temporary name, locked, then renamed: a sweeper never sees a lock that is not yet held."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.lock")
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.rename(tmp, _lock_of(path))
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        os.close(fd)
+        raise
+    _SCRATCH_LOCKS[path] = fd
+
+
+def sweep_abandoned_scratch(base: Path | None = None) -> list[str]:
+    """Remove the scratch directories (and their locks) in ``base`` (``$TMPDIR``) of grader
+    processes that died without removing them (SIGKILL, the OOM killer, a power cut of a
+    laptop's session): the lock beside each is free once its process is gone.  Only this user's,
+    and not tmpfs mounts, which :func:`sweep_stale_scratch` unmounts first.  Returns their paths."""
+    base = Path(tempfile.gettempdir()).absolute() if base is None else base
+    swept = []
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return []
+    for name in names:
+        match = _SCRATCH_NAME.fullmatch(name)
+        if not match:
+            continue
+        lock, folder = base / name, base / match.group(1)
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            if os.fstat(fd).st_uid != os.geteuid() or folder in _SCRATCH_LOCKS:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # held: its grader is alive
+                continue
+            if os.path.ismount(folder):
+                continue
+            existed = os.path.lexists(folder)
+            shutil.rmtree(folder, ignore_errors=True)
+            if not os.path.lexists(folder):  # and a lock whose folder is gone (unmounted and removed) goes too
+                os.unlink(lock)
+                if existed:
+                    swept.append(str(folder))
+        finally:
+            os.close(fd)
+    return swept
+
+
+@lru_cache(maxsize=4)
+def _sweep_abandoned_scratch_once(base: str) -> None:
+    if os.geteuid() == 0:  # unmounted first, so that their folders and locks go too
+        sweep_stale_scratch()
+    swept = sweep_abandoned_scratch(Path(base))
+    if swept:
+        log.info("removed %d scratch folder(s) left by grader processes that died: %s", len(swept), ", ".join(swept))
 
 
 SCRATCH_SOURCE = "jaxgrade-scratch-"

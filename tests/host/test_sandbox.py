@@ -494,3 +494,69 @@ def test_a_ctrl_c_just_as_a_scratch_folder_is_made_leaves_none_behind(
     for path in [p for p in sandbox._SCRATCH if p.parent == tmp_path]:  # remove_own_scratch, for this folder only
         sandbox.remove_scratch(path)
     assert list(tmp_path.iterdir()) == []
+
+
+MAKE_SCRATCH_AND_WAIT = """
+import sys, time
+from grader.host.sandbox import make_scratch
+size = int(sys.argv[1]) if len(sys.argv) > 1 else None
+for prefix in ("jaxgrade-sub-", "jaxgrade-eval-"):
+    path = make_scratch(prefix, size)
+    (path / "written-by-a-cell").write_bytes(b"x" * 4096)
+    print(path, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("kind", ["plain", "tmpfs"])
+def test_scratch_folders_of_a_grader_killed_with_sigkill_are_removed_by_the_next_one(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, kind: str
+) -> None:
+    """Without root there is no tmpfs scratch to sweep by its mount: each scratch folder has a
+    lock beside it that its grader holds while it lives.  A grader killed with SIGKILL leaves
+    its folders; the next grader's first scratch folder removes them (and their locks), and
+    leaves alone a live grader's folders, its own, and any folder without a lock.  As root,
+    the tmpfs mounts are unmounted first, and their folders and locks go too."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    size: list[str] = []
+    if kind == "plain":
+        monkeypatch.setenv("JAXGRADE_NO_SCRATCH_TMPFS", "1")  # plain folders, as without root
+    elif not sandbox.scratch_status()[0]:
+        pytest.skip(f"no tmpfs scratch here: {sandbox.scratch_status()[1]}")
+    else:
+        size = [str(1 << 20)]
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+
+    def grader_with_scratch() -> tuple[subprocess.Popen, list[Path]]:
+        proc = subprocess.Popen([sys.executable, "-c", MAKE_SCRATCH_AND_WAIT, *size], stdout=subprocess.PIPE, env=env)
+        assert proc.stdout is not None
+        return proc, [Path(proc.stdout.readline().decode().strip()) for _ in range(2)]
+
+    killed, left = grader_with_scratch()
+    alive, used = grader_with_scratch()
+    stray = tmp_path / "jaxgrade-sub-0123456789abcdef01234567"  # no lock: not known to be a grader's
+    stray.mkdir()
+    try:
+        killed.send_signal(signal.SIGKILL)
+        killed.wait(timeout=10)
+        assert all(p.is_dir() and p.with_name(p.name + ".lock").exists() for p in left)
+        assert all(os.path.ismount(p) == (kind == "tmpfs") for p in [*left, *used])
+        own = sandbox.make_scratch("jaxgrade-sub-")  # this process's first scratch folder in tmp_path: it sweeps
+        try:
+            assert not [p for p in left if p.exists() or p.with_name(p.name + ".lock").exists()], "not swept"
+            assert all((p / "written-by-a-cell").exists() for p in used), "a live grader's folder was swept"
+            assert stray.is_dir()
+            assert sandbox.sweep_abandoned_scratch(tmp_path) == []  # nothing else is abandoned: own included
+            assert own.is_dir()
+        finally:
+            sandbox.remove_scratch(own)
+        assert not own.exists() and not own.with_name(own.name + ".lock").exists()
+    finally:
+        alive.kill()
+        alive.wait(timeout=10)
+    if kind == "tmpfs":
+        assert sorted(sandbox.sweep_stale_scratch()) == sorted(map(str, used))
+        assert sandbox.sweep_abandoned_scratch(tmp_path) == []  # their folders went with the mounts
+    else:
+        assert sorted(sandbox.sweep_abandoned_scratch(tmp_path)) == sorted(map(str, used))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [stray.name]
