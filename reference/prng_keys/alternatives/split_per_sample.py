@@ -12,7 +12,7 @@ from jax import random
 def init_mlp_params(layer_widths, key):
     keys = random.split(key, len(layer_widths) - 1)  # one key per layer
     params = []
-    for k, n_in, n_out in zip(keys, layer_widths[:-1], layer_widths[1:]):  # noqa: RUF007 - as in the tutorial
+    for k, n_in, n_out in zip(keys, layer_widths[:-1], layer_widths[1:]):
         params.append(dict(weights=random.normal(k, (n_in, n_out)) * jnp.sqrt(2 / n_in), biases=jnp.ones(shape=(n_out,))))
     return params
 
