@@ -267,10 +267,11 @@ def test_a_coordinator_killed_mid_batch_stops_the_notebooks_being_graded(
     with distributed.Client(cluster, set_as_default=False) as client:
         pids = client.run(os.getpid)
     argv = ["--course", str(course), "grade", "--assignment", "double", "--out", str(tmp_path / "out")]
+    argv += ["--scheduler", cluster.scheduler_address, "--no-cache", str(folder)]
     log = tmp_path / "coordinator.log"
     with log.open("wb") as err:
         coordinator = subprocess.Popen(
-            [sys.executable, "-m", "grader", *argv, "--scheduler", cluster.scheduler_address, "--no-cache", str(folder)],
+            [sys.executable, "-m", "grader", *argv],
             stdout=subprocess.DEVNULL,
             stderr=err,
         )
