@@ -503,7 +503,9 @@ STOP_ASK_TIMEOUT = 2.0
 STOP_ASK_FAILURES = 3
 #: The scheduler's states of a running task's key that say nobody waits for its result: the
 #: coordinator's client was dropped (it died, or its connection closed) or it cancelled the task.
-#: While the task runs and is wanted, the key is ``processing``; any other state grades on.
+#: While the task runs and is wanted, the key is ``processing``, or, where the scheduler has given
+#: it to another worker meanwhile (this one taken for dead), ``waiting``, ``queued``,
+#: ``no-worker``, ``memory`` or ``erred``: every state but these three grades on.
 NOT_WANTED = frozenset({None, "released", "forgotten"})
 
 

@@ -26,6 +26,7 @@ import re
 import secrets
 import shutil
 import signal
+import stat
 import struct
 import subprocess
 import sys
@@ -655,25 +656,28 @@ _SCRATCH: set[Path] = set()
 def make_scratch(prefix: str = "jaxgrade-", size_bytes: int | None = None) -> Path:
     """A fresh scratch directory outside the repository and the output directory; with
     ``size_bytes`` and as root, a tmpfs of that size, so a cell that fills it gets ENOSPC
-    ("No space left on device") and the disk the gradebook lives on is not touched."""
+    ("No space left on device") and the disk the gradebook lives on is not touched.  Its lock
+    (:func:`_hold_scratch_lock`) says it is in use for as long as this process lives."""
     # named and registered before it is made, not by tempfile.mkdtemp, which makes it first: a
     # Ctrl-C between the two left a folder that no cleanup knew (check --watch, seen in the
     # suite).  Registered and not made (a Ctrl-C before mkdir) costs nothing: removing it is a
     # no-op.  96 random bits: a name that exists is someone else's, and is not kept registered.
+    # The lock comes first, while the name is known to no one else.
     base = Path(tempfile.gettempdir()).absolute()
     _sweep_abandoned_scratch_once(str(base))
     for attempt in range(100):
         path = base / f"{prefix}{secrets.token_hex(12)}"
         _SCRATCH.add(path)
         try:
+            _hold_scratch_lock(path)
             os.mkdir(path, 0o700)
             break
         except OSError as exc:
+            _release_scratch_lock(path)
             _SCRATCH.discard(path)
-            if not isinstance(exc, FileExistsError) or attempt == 99:
+            if not isinstance(exc, (FileExistsError, PermissionError)) or attempt == 99:
                 raise
     try:
-        _hold_scratch_lock(path)
         os.chmod(path, 0o700)
         if size_bytes is not None and scratch_status()[0]:
             opts = f"size={int(size_bytes)},mode=0700,nosuid,nodev"
@@ -690,17 +694,15 @@ def make_scratch(prefix: str = "jaxgrade-", size_bytes: int | None = None) -> Pa
 
 
 def remove_scratch(path: Path) -> None:
-    """Remove a scratch directory made by :func:`make_scratch` (unmounting its tmpfs)."""
+    """Remove a scratch directory made by :func:`make_scratch` (unmounting its tmpfs), then its lock."""
     if os.path.ismount(path):
         # lazy: a sandbox's mount namespace that is still going away does not keep it busy
         subprocess.run(["umount", "-l", str(path)], capture_output=True)
     shutil.rmtree(path, ignore_errors=True)
     _SCRATCH.discard(path)
-    fd = _SCRATCH_LOCKS.pop(path, None)
-    if fd is not None:  # the folder first: a lock without its folder is swept; a folder without its lock is not
-        with contextlib.suppress(OSError):
-            os.unlink(_lock_of(path))
-        os.close(fd)
+    # the folder first: a lock whose folder is gone is removed; one whose folder could not be
+    # removed is left, released, for a later grader's sweep to try again
+    _release_scratch_lock(path, remove=not os.path.lexists(path))
 
 
 def remove_own_scratch() -> None:
@@ -712,68 +714,107 @@ def remove_own_scratch() -> None:
 
 #: The held lock of each scratch directory this process made (:func:`_hold_scratch_lock`).
 _SCRATCH_LOCKS: dict[Path, int] = {}
-#: What :func:`make_scratch` names its directories: a prefix, 24 hex digits; and their locks.
-_SCRATCH_NAME = re.compile(r"(jaxgrade-[a-z-]*[0-9a-f]{24})\.lock")
+#: The locks of the directories :func:`make_scratch` names (a prefix, 24 hex digits), and the
+#: temporary names they are made under.
+_SCRATCH_LOCK_NAME = re.compile(r"\.(jaxgrade-[a-z-]*[0-9a-f]{24})\.lock")
+_TEMPORARY_LOCK_NAME = re.compile(r"\.jaxgrade-lock-[0-9a-f]{24}")
 
 
 def _lock_of(path: Path) -> Path:
-    return path.with_name(path.name + ".lock")
+    """``.<name>.lock`` beside the scratch directory ``<name>``: out of any sandbox's reach."""
+    return path.with_name(f".{path.name}.lock")
+
+
+def _same_file(path: Path, fd: int) -> bool:
+    try:
+        st, own = os.stat(path, follow_symlinks=False), os.fstat(fd)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)
 
 
 def _hold_scratch_lock(path: Path) -> None:
-    """Say that this process uses ``path`` for as long as it lives: ``<path>.lock``, beside it
-    (out of the sandbox's reach), locked (``flock``) by a descriptor this process holds.  The
-    kernel drops the lock when the process dies, however it dies, so a later grader that can
-    take it knows the directory was abandoned (:func:`sweep_abandoned_scratch`).  Made under a
-    temporary name, locked, then renamed: a sweeper never sees a lock that is not yet held."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.lock")
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    """Say that this process uses ``path`` for as long as it lives: its lock (:func:`_lock_of`),
+    locked (``flock``) by a descriptor this process holds.  The kernel drops the lock when the
+    process dies, however it dies, so a later grader that can take it knows the directory was
+    abandoned (:func:`sweep_abandoned_scratch`).  Made under a temporary name, locked, then
+    linked to its name (which fails rather than replace a file there): a sweeper never sees a
+    lock that is not yet held."""
+    tmp = path.with_name(f".jaxgrade-lock-{secrets.token_hex(12)}")
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    _SCRATCH_LOCKS[path] = fd  # registered at once: remove_scratch releases it whatever happens next
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        os.rename(tmp, _lock_of(path))
-    except BaseException:
+        os.link(tmp, _lock_of(path))
+    finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+
+
+def _release_scratch_lock(path: Path, remove: bool = True) -> None:
+    """Let go of ``path``'s lock, removing the file first (only if it is still the one this
+    process locked) with ``remove``."""
+    fd = _SCRATCH_LOCKS.pop(path, None)
+    if fd is None:
+        return
+    try:
+        if remove and _same_file(_lock_of(path), fd):
+            with contextlib.suppress(OSError):
+                os.unlink(_lock_of(path))
+    finally:
         os.close(fd)
-        raise
-    _SCRATCH_LOCKS[path] = fd
 
 
 def sweep_abandoned_scratch(base: Path | None = None) -> list[str]:
     """Remove the scratch directories (and their locks) in ``base`` (``$TMPDIR``) of grader
-    processes that died without removing them (SIGKILL, the OOM killer, a power cut of a
-    laptop's session): the lock beside each is free once its process is gone.  Only this user's,
-    and not tmpfs mounts, which :func:`sweep_stale_scratch` unmounts first.  Returns their paths."""
+    processes that died without removing them (SIGKILL, the OOM killer, a session that ended):
+    the lock beside each is free once its process is gone.  Only this user's, and not tmpfs
+    mounts, which :func:`sweep_stale_scratch` unmounts first.  Returns the directories removed."""
     base = Path(tempfile.gettempdir()).absolute() if base is None else base
-    swept = []
+    swept: list[str] = []
     try:
         names = os.listdir(base)
     except OSError:
-        return []
+        return swept
     for name in names:
-        match = _SCRATCH_NAME.fullmatch(name)
-        if not match:
+        match = _SCRATCH_LOCK_NAME.fullmatch(name)
+        if not match and not _TEMPORARY_LOCK_NAME.fullmatch(name):
             continue
-        lock, folder = base / name, base / match.group(1)
+        lock = base / name
+        folder = base / match.group(1) if match else None
         try:
             fd = os.open(lock, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
             continue
         try:
-            if os.fstat(fd).st_uid != os.geteuid() or folder in _SCRATCH_LOCKS:
+            st = os.fstat(fd)
+            if st.st_uid != os.geteuid() or not stat.S_ISREG(st.st_mode) or folder in _SCRATCH_LOCKS:
                 continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:  # held: its grader is alive
                 continue
-            if os.path.ismount(folder):
+            if not _same_file(lock, fd):  # its grader removed it (and let go) since it was opened here
                 continue
-            existed = os.path.lexists(folder)
-            shutil.rmtree(folder, ignore_errors=True)
-            if not os.path.lexists(folder):  # and a lock whose folder is gone (unmounted and removed) goes too
-                os.unlink(lock)
-                if existed:
+            if folder is not None:
+                if os.path.ismount(folder):
+                    continue
+                try:
+                    fst = os.lstat(folder)
+                except FileNotFoundError:
+                    fst = None
+                if fst is not None:
+                    # root's are its sandboxes' uids' (Sandbox.start gives them the folder)
+                    if not stat.S_ISDIR(fst.st_mode) or (fst.st_uid != os.geteuid() and os.geteuid() != 0):
+                        continue
+                    shutil.rmtree(folder, ignore_errors=True)
+                    if os.path.lexists(folder):
+                        continue
                     swept.append(str(folder))
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(lock)
+        except OSError as exc:  # someone else's leftovers: never a reason to fail a grading
+            log.debug("sweeping %s: %s", lock, exc)
         finally:
             os.close(fd)
     return swept
@@ -781,9 +822,13 @@ def sweep_abandoned_scratch(base: Path | None = None) -> list[str]:
 
 @lru_cache(maxsize=4)
 def _sweep_abandoned_scratch_once(base: str) -> None:
-    if os.geteuid() == 0:  # unmounted first, so that their folders and locks go too
-        sweep_stale_scratch()
-    swept = sweep_abandoned_scratch(Path(base))
+    try:
+        if os.geteuid() == 0:  # unmounted first, so that their folders and locks go too
+            sweep_stale_scratch()
+        swept = sweep_abandoned_scratch(Path(base))
+    except Exception as exc:  # someone else's leftovers: never a reason to fail a grading
+        log.warning("could not sweep abandoned scratch folders in %s: %s", base, exc)
+        return
     if swept:
         log.info("removed %d scratch folder(s) left by grader processes that died: %s", len(swept), ", ".join(swept))
 

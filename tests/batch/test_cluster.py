@@ -570,6 +570,7 @@ def test_a_task_stops_only_when_the_scheduler_no_longer_wants_its_result(monkeyp
     assert stopped is not None
     for answer, stops in [
         ({"jaxgrade-double-s0-1": "processing"}, False),
+        *[({"jaxgrade-double-s0-1": other}, False) for other in ("waiting", "queued", "no-worker", "memory", "erred")],
         ({"jaxgrade-double-s0-1": "released"}, True),
         ({"jaxgrade-double-s0-1": "forgotten"}, True),
         ({"jaxgrade-double-s0-1": None}, True),  # the scheduler has forgotten the key

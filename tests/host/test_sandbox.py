@@ -489,8 +489,8 @@ def test_a_ctrl_c_just_as_a_scratch_folder_is_made_leaves_none_behind(
     with pytest.raises(KeyboardInterrupt):
         sandbox.make_scratch("jaxgrade-sub-")
     monkeypatch.setattr(os, "mkdir", real_mkdir)
-    made = list(tmp_path.iterdir())
-    assert len(made) == 1 and made[0] in sandbox._SCRATCH
+    made = [p for p in tmp_path.iterdir() if not p.name.startswith(".")]  # and its lock, .<name>.lock
+    assert len(made) == 1 and made[0] in sandbox._SCRATCH and made[0] in sandbox._SCRATCH_LOCKS
     for path in [p for p in sandbox._SCRATCH if p.parent == tmp_path]:  # remove_own_scratch, for this folder only
         sandbox.remove_scratch(path)
     assert list(tmp_path.iterdir()) == []
@@ -513,7 +513,7 @@ def test_scratch_folders_of_a_grader_killed_with_sigkill_are_removed_by_the_next
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, kind: str
 ) -> None:
     """Without root there is no tmpfs scratch to sweep by its mount: each scratch folder has a
-    lock beside it that its grader holds while it lives.  A grader killed with SIGKILL leaves
+    lock beside it (``.<folder>.lock``) that its grader holds while it lives.  A grader killed with SIGKILL leaves
     its folders; the next grader's first scratch folder removes them (and their locks), and
     leaves alone a live grader's folders, its own, and any folder without a lock.  As root,
     the tmpfs mounts are unmounted first, and their folders and locks go too."""
@@ -539,24 +539,49 @@ def test_scratch_folders_of_a_grader_killed_with_sigkill_are_removed_by_the_next
     try:
         killed.send_signal(signal.SIGKILL)
         killed.wait(timeout=10)
-        assert all(p.is_dir() and p.with_name(p.name + ".lock").exists() for p in left)
+        assert all(p.is_dir() and sandbox._lock_of(p).exists() for p in left)
         assert all(os.path.ismount(p) == (kind == "tmpfs") for p in [*left, *used])
         own = sandbox.make_scratch("jaxgrade-sub-")  # this process's first scratch folder in tmp_path: it sweeps
         try:
-            assert not [p for p in left if p.exists() or p.with_name(p.name + ".lock").exists()], "not swept"
+            assert not [p for p in left if p.exists() or sandbox._lock_of(p).exists()], "not swept"
             assert all((p / "written-by-a-cell").exists() for p in used), "a live grader's folder was swept"
             assert stray.is_dir()
             assert sandbox.sweep_abandoned_scratch(tmp_path) == []  # nothing else is abandoned: own included
             assert own.is_dir()
         finally:
             sandbox.remove_scratch(own)
-        assert not own.exists() and not own.with_name(own.name + ".lock").exists()
+        assert not own.exists() and not sandbox._lock_of(own).exists()
     finally:
         alive.kill()
         alive.wait(timeout=10)
-    if kind == "tmpfs":
-        assert sorted(sandbox.sweep_stale_scratch()) == sorted(map(str, used))
+    if kind == "tmpfs":  # (another grader's stale mounts elsewhere on this machine go too)
+        assert sorted(p for p in sandbox.sweep_stale_scratch() if Path(p).parent == tmp_path) == sorted(map(str, used))
         assert sandbox.sweep_abandoned_scratch(tmp_path) == []  # their folders went with the mounts
     else:
         assert sorted(sandbox.sweep_abandoned_scratch(tmp_path)) == sorted(map(str, used))
     assert sorted(p.name for p in tmp_path.iterdir()) == [stray.name]
+
+
+def test_a_sweep_leaves_alone_a_lock_its_grader_removed_while_the_sweep_looked(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A sweeper that opens a lock just before its grader removes the folder and the lock and
+    lets go: the sweeper's flock then succeeds, on a file no longer there. That is not an
+    abandoned folder, and not an error (it would fail the sweeping grader's scratch folder)."""
+    folder = tmp_path / "jaxgrade-sub-0123456789abcdef01234567"
+    folder.mkdir()
+    lock = sandbox._lock_of(folder)
+    lock.write_bytes(b"")
+    real_open = os.open
+
+    def open_then_its_grader_removes_it(path, flags, *args, **kwargs):  # type: ignore[no-untyped-def]
+        fd = real_open(path, flags, *args, **kwargs)
+        if Path(path) == lock:  # remove_scratch's order: the folder, the lock, then the lock's descriptor
+            folder.rmdir()
+            lock.unlink()
+        return fd
+
+    monkeypatch.setattr(os, "open", open_then_its_grader_removes_it)
+    assert sandbox.sweep_abandoned_scratch(tmp_path) == []
+    monkeypatch.setattr(os, "open", real_open)
+    assert list(tmp_path.iterdir()) == []
