@@ -459,6 +459,14 @@ def _grade_in_worker(
 
 #: The sandbox a trusted worker started for its next submission (:func:`_start_spare`): at most one.
 _SPARE: list[Session] = []
+#: ``JAXGRADE_START_AHEAD=0`` (or ``false``, ``no``, ``off``) in the grader's environment: a
+#: batch's workers start each sandbox when its submission comes (bench/start_ahead.py's baseline).
+START_AHEAD = "JAXGRADE_START_AHEAD"
+
+
+def start_ahead() -> bool:
+    """Whether a batch's workers start their next submission's sandbox while they grade one."""
+    return os.environ.get(START_AHEAD, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def _take_spare(
@@ -531,10 +539,10 @@ def _task(kind: str, *args: Any) -> Any:
 def _pool_task(kind: str, *args: Any) -> Any:
     """A task of :func:`grade_many`'s pool: :func:`_task`'s, with the pool's word last (whether
     tasks no worker has taken yet remain: ``TrustedPool.run(tell_more=True)``), which a grading
-    worker takes as the cue to start a sandbox for its next submission."""
+    worker takes as the cue to start a sandbox for its next submission (:func:`start_ahead`)."""
     *rest, more = args
     if kind == "grade":
-        return _grade_in_worker(*rest, ahead=bool(more))
+        return _grade_in_worker(*rest, ahead=bool(more) and start_ahead())
     return _task(kind, *rest)
 
 
