@@ -127,12 +127,10 @@ class TrustedPool:
         return _Slot(proc, parent)
 
     def run(
-        self, fn: Callable[..., Any], tasks: Sequence[tuple[Hashable, tuple[Any, ...]]], *, tell_more: bool = False
+        self, fn: Callable[..., Any], tasks: Sequence[tuple[Hashable, tuple[Any, ...]]]
     ) -> Iterator[tuple[Hashable, Any]]:
         """Run ``fn(*args)`` for every ``(key, args)``; yield ``(key, result)``, ``(key, Lost)`` or
-        ``(key, Raised)`` (never tried again: a bug does not go away in a fresh process).  With
-        ``tell_more``, ``fn(*args, more)``: ``more`` says whether tasks that no worker has taken
-        yet remain as this one is handed out (a worker may then prepare for its next one).
+        ``(key, Raised)`` (never tried again: a bug does not go away in a fresh process).
 
         ``fn`` must be importable by name (a module-level function): it is sent to a spawned
         process.  Closing the generator early (an exception in the caller's loop) kills every
@@ -153,7 +151,7 @@ class TrustedPool:
                         slot.key, slot.args = queue.popleft()
                         tries[slot.key] = tries.get(slot.key, 0) + 1
                         try:
-                            slot.conn.send((fn, (*slot.args, bool(queue)) if tell_more else slot.args))
+                            slot.conn.send((fn, slot.args))
                         except (OSError, ValueError):
                             pass  # a process dead before its task: seen below as lost
                 busy = [s for s in self._slots if s.key is not None]

@@ -7,7 +7,6 @@ Student failures become data in the record; only a bug in the grader raises.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import ctypes
 import hashlib
@@ -113,20 +112,11 @@ def _hidden_from_sandbox(assignment: Assignment, path: Path) -> tuple[Path, ...]
     )
 
 
-def prestart(
-    assignment: Assignment,
-    path: Path,
-    isolation: str,
-    *,
-    xla_cache: XlaCache | None = None,
-    eval_cache: EvalCache | None = None,
-) -> Session:
-    """A session for the next version of ``path`` (or the next notebook of its folder), started
-    now with no notebook: its worker and kernel (JAX imported), and its evaluator unless
-    ``eval_cache`` makes it start on the first answer not kept, are ready when the notebook is
-    handed over (the ``session`` of :func:`grade_notebook`).  Nothing of a submission is in it
-    before then, and it grades one notebook only."""
-    session = new_session(assignment, path, "", isolation, xla_cache=xla_cache, eval_cache=eval_cache)
+def prestart(assignment: Assignment, path: Path, isolation: str) -> Session:
+    """A session for the next version of ``path``, started now with no notebook: its worker,
+    kernel (JAX imported) and evaluator are ready when the notebook is handed over (the
+    ``session`` of :func:`grade_notebook`).  Nothing of a submission is in it before then."""
+    session = new_session(assignment, path, "", isolation)
     try:
         session.start()
     except BaseException:
@@ -152,10 +142,7 @@ def ready_ahead(session: Session | None, assignment: Assignment, path: Path, iso
         and resolved(session.protect) == resolved(_hidden_from_sandbox(assignment, path))
         and session.isolation == choose_isolation(isolation)
     )
-    # its evaluator too, unless it starts on the first answer not kept and has not started yet
-    lazy = session.eval_cache is not None and session.evaluator is None
-    processes = [session.worker] if lazy else [session.worker, session.evaluator]
-    if same and all(p is not None and p.alive() for p in processes):
+    if same and all(p is not None and p.alive() for p in (session.worker, session.evaluator)):
         return session
     session.close()
     return None
@@ -424,95 +411,20 @@ def _join(a: str, b: str) -> str:
 
 
 def _grade_in_worker(
-    root: str,
-    name: str,
-    path: str,
-    student: str | None,
-    isolation: str,
-    public_only: bool,
-    cache: str | None,
-    ahead: bool = False,
+    root: str, name: str, path: str, student: str | None, isolation: str, public_only: bool, cache: str | None
 ) -> dict[str, Any]:
-    """Grade one submission in a trusted worker, in the sandbox it started for it while it graded
-    the one before (where that sandbox fits it: :func:`_take_spare`), and with ``ahead`` (more
-    submissions wait), start the sandbox of its next submission now, so that it boots while this
-    one is graded (:func:`_start_spare`)."""
     logging.basicConfig(level=logging.WARNING)
     assignment = load_course(Path(root)).assignment(name, staff=not public_only)
-    xla = _ready_cache(assignment, cache)  # once the warming task published it
-    evals = EvalCache(answers_dir(assignment)) if cache else None  # from the first notebook on
-    session = _take_spare(assignment, Path(path), isolation, xla, evals)
-    if ahead:
-        _start_spare(assignment, Path(path), isolation, xla, evals)
     rec = grade_notebook(
         assignment,
         Path(path),
         student=student,
         isolation=isolation,
         public_only=public_only,
-        xla_cache=xla,
-        eval_cache=evals,
-        session=session,
+        xla_cache=_ready_cache(assignment, cache),  # once the warming task published it
+        eval_cache=EvalCache(answers_dir(assignment)) if cache else None,  # from the first notebook on
     )
     return rec.to_dict()
-
-
-#: The sandbox a trusted worker started for its next submission (:func:`_start_spare`): at most one.
-_SPARE: list[Session] = []
-#: ``JAXGRADE_START_AHEAD=0`` (or ``false``, ``no``, ``off``) in the grader's environment: a
-#: batch's workers start each sandbox when its submission comes (bench/start_ahead.py's baseline).
-START_AHEAD = "JAXGRADE_START_AHEAD"
-
-
-def start_ahead() -> bool:
-    """Whether a batch's workers start their next submission's sandbox while they grade one."""
-    return os.environ.get(START_AHEAD, "1").strip().lower() not in ("0", "false", "no", "off")
-
-
-def _take_spare(
-    assignment: Assignment, path: Path, isolation: str, xla: XlaCache | None, evals: EvalCache | None
-) -> Session | None:
-    """The worker's spare sandbox, if it can grade ``path`` now (:func:`ready_ahead`, and the
-    same compilation cache and kept answers as a sandbox started now); else it is closed."""
-    if not _SPARE:
-        return None
-    spare = _SPARE.pop()
-    same_caches = spare.xla_cache == xla and (spare.eval_cache is None) == (evals is None)
-    if same_caches and spare.eval_cache is not None and evals is not None:
-        same_caches = spare.eval_cache.path == evals.path
-    if not same_caches:  # the warming task published the cache since it started: a sandbox that mounts it
-        spare.close()
-        return None
-    return ready_ahead(spare, assignment, path, isolation)
-
-
-def _start_spare(
-    assignment: Assignment, path: Path, isolation: str, xla: XlaCache | None, evals: EvalCache | None
-) -> None:
-    """Start a sandbox for this worker's next submission (of ``path``'s folder, as a batch's
-    are): bubblewrap, the worker and the kernel with JAX imported, then it waits, with no
-    notebook, until :func:`_take_spare` hands it one.  It boots while the worker grades the
-    submission before, so the next one's startup is off the batch's critical path; a worker that
-    gets no next task closes it as it ends (or dies with it, killed).  Nothing of a submission is
-    in it before it is handed its own, and it grades that one only (as `jaxgrade check`'s
-    server's sandbox started ahead: SECURITY.md)."""
-    if not _SPARE_CLOSED_AT_EXIT:
-        atexit.register(_close_spare)
-        _SPARE_CLOSED_AT_EXIT.append(True)
-    try:
-        _SPARE.append(prestart(assignment, path, isolation, xla_cache=xla, eval_cache=evals))
-    except SandboxSetupError:
-        raise
-    except Exception as exc:  # only time is lost: the next submission starts its own
-        log.warning("could not start a sandbox for the next submission: %s", exc)
-
-
-_SPARE_CLOSED_AT_EXIT: list[bool] = []
-
-
-def _close_spare() -> None:
-    while _SPARE:
-        _SPARE.pop().close()
 
 
 _WARM = "warm the trusted compilation cache"
@@ -534,16 +446,6 @@ def _task(kind: str, *args: Any) -> Any:
     if kind not in TASKS:
         raise ValueError(f"unknown trusted task {kind!r} (expected one of {', '.join(TASKS)})")
     return TASKS[kind](*args)
-
-
-def _pool_task(kind: str, *args: Any) -> Any:
-    """A task of :func:`grade_many`'s pool: :func:`_task`'s, with the pool's word last (whether
-    tasks no worker has taken yet remain: ``TrustedPool.run(tell_more=True)``), which a grading
-    worker takes as the cue to start a sandbox for its next submission (:func:`start_ahead`)."""
-    *rest, more = args
-    if kind == "grade":
-        return _grade_in_worker(*rest, ahead=bool(more) and start_ahead())
-    return _task(kind, *rest)
 
 
 def _warm_in_worker(root: str, name: str, isolation: str, final: str, alternatives: bool = False) -> int:
@@ -813,7 +715,7 @@ def _grade_many(
     with TrustedPool(max(1, jobs), initializer=_init_worker, initargs=initargs) as pool:
         # an exception here (Ctrl-C, a failed commit, a grader bug) closes the generator, which
         # kills every worker: their sandboxes die with them (bwrap --die-with-parent)
-        for p, result in pool.run(_pool_task, tasks, tell_more=True):
+        for p, result in pool.run(_task, tasks):
             if p == _WARM:
                 continue
             assert isinstance(p, Path)

@@ -159,19 +159,6 @@ def test_bad_arguments_are_refused() -> None:
         TrustedPool(0)
 
 
-def more_and_double(x: int, more: bool) -> tuple[int, bool]:
-    return 2 * x, more
-
-
-def test_a_worker_can_be_told_whether_tasks_remain() -> None:
-    """``tell_more``: each task gets, last, whether tasks no worker had taken remained as it was
-    handed out; the last ones handed out get False."""
-    with TrustedPool(2) as pool:
-        got = dict(pool.run(more_and_double, tasks(5), tell_more=True))
-    assert {k: v[0] for k, v in got.items()} == {i: 2 * i for i in range(5)}
-    assert [got[i][1] for i in range(5)] == [True, True, True, True, False]
-
-
 # ----------------------------------------------------------------------------- a real batch
 
 SLEEPY = "import time\ntime.sleep(12)\ndef double(x):\n    return 2 * x"
@@ -353,78 +340,3 @@ def test_a_submission_lost_again_on_the_next_run_says_so(
     assert code == 0, err
     with sqlite3.connect(tmp_path / "out" / "gradebook.db") as db:
         assert db.execute("SELECT COUNT(*) FROM losses").fetchone() == (0,)
-
-
-@pytest.mark.slow
-def test_a_worker_grades_its_next_submission_in_the_sandbox_it_started_while_grading_one(
-    tmp_path: Path, course: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A trusted worker told that more submissions wait starts the next one's sandbox (no
-    notebook in it) while it grades one, and grades the next submission of that folder in it;
-    a sandbox that does not fit the next submission (another folder, another compilation
-    cache) is closed, and the submission gets a fresh one."""
-    from grader.course.config import load_course
-
-    folder = tmp_path / "class"
-    folder.mkdir()
-    for kind in ("full", "half"):
-        (folder / f"{kind}.ipynb").write_text(notebook(kind))
-    elsewhere = tmp_path / "other"
-    elsewhere.mkdir()
-    (elsewhere / "zero.ipynb").write_text(notebook("zero"))
-    given: list[Any] = []
-    real = grading.grade_notebook
-
-    def grade_notebook(*args: Any, session: Any = None, **kwargs: Any) -> Any:
-        given.append(session)
-        return real(*args, session=session, **kwargs)
-
-    monkeypatch.setattr(grading, "grade_notebook", grade_notebook)
-    name = load_course(course).assignment("double").name
-
-    def grade(path: Path, ahead: bool) -> tuple[float, str]:
-        rec = grading._grade_in_worker(str(course), name, str(path), None, "auto", False, None, ahead)
-        return rec["score"], rec["status"]
-
-    try:
-        assert grade(folder / "full.ipynb", ahead=True) == (4.0, "graded")
-        assert given == [None] and len(grading._SPARE) == 1
-        spare = grading._SPARE[0]
-        assert spare.notebook_json == "" and spare.worker is not None  # started, nothing of a submission in it
-        assert grade(folder / "half.ipynb", ahead=True) == (2.0, "graded")
-        assert given[1] is spare and spare.worker is None  # graded in it, then closed
-        assert len(grading._SPARE) == 1  # started for the next
-        other = grading._SPARE[0]
-        assert grade(elsewhere / "zero.ipynb", ahead=False) == (0.0, "graded")
-        assert given[2] is None and other.worker is None and other.scratch is None  # another folder: closed, unused
-        assert grading._SPARE == []
-    finally:
-        grading._close_spare()
-
-
-@pytest.mark.slow
-def test_a_batch_leaves_no_sandbox_started_for_a_submission_that_never_came(tmp_path: Path, course: Path) -> None:
-    """Workers start a sandbox for their next submission while more wait; the ones started for
-    a submission another worker took are closed as the workers end: nothing is left in the
-    batch's temporary folder, and every student gets what they get alone."""
-    folder = tmp_path / "class"
-    folder.mkdir()
-    kinds = {"a_full": "full", "b_half": "half", "c_zero": "zero", "d_full": "full", "e_half": "half"}
-    for student, kind in kinds.items():
-        (folder / f"{student}.ipynb").write_text(notebook(kind, salt=student))
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    tag = uuid.uuid4().hex
-    cmd = [sys.executable, "-m", "grader", "--course", str(course), "grade", "--assignment", "double"]
-    cmd += ["--out", str(tmp_path / "out"), "--jobs", "2", str(folder)]
-    done = subprocess.run(
-        cmd, env={**os.environ, "JAXGRADE_TEST_TAG": tag, "TMPDIR": str(tmp)}, capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
-    recs = results(tmp_path / "out")
-    expected = {"full": 4.0, "half": 2.0, "zero": 0.0}
-    assert {k: (r["status"], r["score"]) for k, r in recs.items()} == {
-        k: ("graded", expected[kind]) for k, kind in kinds.items()
-    }
-    assert sorted(p.name for p in tmp.iterdir() if "jaxgrade-" in p.name) == []
-    assert not procs_with(tag)
