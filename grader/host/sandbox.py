@@ -675,7 +675,7 @@ def make_scratch(prefix: str = "jaxgrade-", size_bytes: int | None = None) -> Pa
         except OSError as exc:
             _release_scratch_lock(path)
             _SCRATCH.discard(path)
-            if not isinstance(exc, (FileExistsError, PermissionError)) or attempt == 99:
+            if not isinstance(exc, FileExistsError) or attempt == 99:
                 raise
     try:
         os.chmod(path, 0o700)
@@ -739,13 +739,27 @@ def _hold_scratch_lock(path: Path) -> None:
     process dies, however it dies, so a later grader that can take it knows the directory was
     abandoned (:func:`sweep_abandoned_scratch`).  Made under a temporary name, locked, then
     linked to its name (which fails rather than replace a file there): a sweeper never sees a
-    lock that is not yet held."""
+    lock that is not yet held.
+
+    Raises FileExistsError where a file has that name (another name is then tried).  Where
+    ``$TMPDIR`` cannot hold such a lock (no hard links, no flock), the folder goes without one:
+    a cleanup aid never stops a grading."""
     tmp = path.with_name(f".jaxgrade-lock-{secrets.token_hex(12)}")
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:  # the folder's own mkdir says what is wrong with $TMPDIR, if anything
+        log.debug("scratch %s goes without a lock: %s", path, exc)
+        return
     _SCRATCH_LOCKS[path] = fd  # registered at once: remove_scratch releases it whatever happens next
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.link(tmp, _lock_of(path))
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        log.debug("scratch %s goes without a lock: %s", path, exc)
+        _SCRATCH_LOCKS.pop(path, None)
+        os.close(fd)
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

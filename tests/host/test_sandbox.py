@@ -585,3 +585,22 @@ def test_a_sweep_leaves_alone_a_lock_its_grader_removed_while_the_sweep_looked(
     assert sandbox.sweep_abandoned_scratch(tmp_path) == []
     monkeypatch.setattr(os, "open", real_open)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_tmpdir_that_cannot_hold_a_lock_still_gets_scratch_folders(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A filesystem without hard links (or flock) for $TMPDIR: the folder goes without its lock
+    (a cleanup aid), and grading goes on; a name taken by a file is another name's turn."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("JAXGRADE_NO_SCRATCH_TMPFS", "1")
+
+    def no_links(*args: object, **kwargs: object) -> None:
+        raise OSError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    path = sandbox.make_scratch("jaxgrade-sub-")
+    assert path.is_dir() and path not in sandbox._SCRATCH_LOCKS
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no lock, no temporary file left
+    sandbox.remove_scratch(path)
+    assert list(tmp_path.iterdir()) == []
