@@ -657,7 +657,9 @@ def make_scratch(prefix: str = "jaxgrade-", size_bytes: int | None = None) -> Pa
     """A fresh scratch directory outside the repository and the output directory; with
     ``size_bytes`` and as root, a tmpfs of that size, so a cell that fills it gets ENOSPC
     ("No space left on device") and the disk the gradebook lives on is not touched.  Its lock
-    (:func:`_hold_scratch_lock`) says it is in use for as long as this process lives."""
+    (:func:`_hold_scratch_lock`, where ``$TMPDIR`` can hold one) says it is in use for as long
+    as this process lives; the first scratch folder a process makes in a ``$TMPDIR`` sweeps
+    that folder's abandoned ones (:func:`sweep_abandoned_scratch`)."""
     # named and registered before it is made, not by tempfile.mkdtemp, which makes it first: a
     # Ctrl-C between the two left a folder that no cleanup knew (check --watch, seen in the
     # suite).  Registered and not made (a Ctrl-C before mkdir) costs nothing: removing it is a
@@ -698,11 +700,13 @@ def remove_scratch(path: Path) -> None:
     if os.path.ismount(path):
         # lazy: a sandbox's mount namespace that is still going away does not keep it busy
         subprocess.run(["umount", "-l", str(path)], capture_output=True)
-    shutil.rmtree(path, ignore_errors=True)
-    _SCRATCH.discard(path)
-    # the folder first: a lock whose folder is gone is removed; one whose folder could not be
-    # removed is left, released, for a later grader's sweep to try again
-    _release_scratch_lock(path, remove=not os.path.lexists(path))
+    try:
+        shutil.rmtree(path, ignore_errors=True)
+        _SCRATCH.discard(path)
+    finally:
+        # the folder first: a lock whose folder is gone is removed; one whose folder could not
+        # be removed is left, released, for a later grader's sweep to try again
+        _release_scratch_lock(path, remove=not os.path.lexists(path))
 
 
 def remove_own_scratch() -> None:
@@ -718,6 +722,8 @@ _SCRATCH_LOCKS: dict[Path, int] = {}
 #: temporary names they are made under.
 _SCRATCH_LOCK_NAME = re.compile(r"\.(jaxgrade-[a-z-]*[0-9a-f]{24})\.lock")
 _TEMPORARY_LOCK_NAME = re.compile(r"\.jaxgrade-lock-[0-9a-f]{24}")
+#: Seconds after which a temporary lock name is abandoned: its maker links it to its name at once.
+TEMPORARY_LOCK_AGE = 60.0
 
 
 def _lock_of(path: Path) -> Path:
@@ -737,9 +743,10 @@ def _hold_scratch_lock(path: Path) -> None:
     """Say that this process uses ``path`` for as long as it lives: its lock (:func:`_lock_of`),
     locked (``flock``) by a descriptor this process holds.  The kernel drops the lock when the
     process dies, however it dies, so a later grader that can take it knows the directory was
-    abandoned (:func:`sweep_abandoned_scratch`).  Made under a temporary name, locked, then
-    linked to its name (which fails rather than replace a file there): a sweeper never sees a
-    lock that is not yet held.
+    abandoned (:func:`sweep_abandoned_scratch`).  Made under a random temporary name, locked,
+    then linked to its name (which fails rather than replace a file there): a sweeper never
+    sees a lock under its name that is not yet held (and sweeps temporary names only once they
+    are :data:`TEMPORARY_LOCK_AGE` seconds old).
 
     Raises FileExistsError where a file has that name (another name is then tried).  Where
     ``$TMPDIR`` cannot hold such a lock (no hard links, no flock), the folder goes without one:
@@ -768,10 +775,11 @@ def _hold_scratch_lock(path: Path) -> None:
 def _release_scratch_lock(path: Path, remove: bool = True) -> None:
     """Let go of ``path``'s lock, removing the file first (only if it is still the one this
     process locked) with ``remove``."""
-    fd = _SCRATCH_LOCKS.pop(path, None)
+    fd = _SCRATCH_LOCKS.get(path)
     if fd is None:
         return
     try:
+        del _SCRATCH_LOCKS[path]
         if remove and _same_file(_lock_of(path), fd):
             with contextlib.suppress(OSError):
                 os.unlink(_lock_of(path))
@@ -782,8 +790,10 @@ def _release_scratch_lock(path: Path, remove: bool = True) -> None:
 def sweep_abandoned_scratch(base: Path | None = None) -> list[str]:
     """Remove the scratch directories (and their locks) in ``base`` (``$TMPDIR``) of grader
     processes that died without removing them (SIGKILL, the OOM killer, a session that ended):
-    the lock beside each is free once its process is gone.  Only this user's, and not tmpfs
-    mounts, which :func:`sweep_stale_scratch` unmounts first.  Returns the directories removed."""
+    the lock beside each is free once its process is gone.  Only where the lock is this user's,
+    and the folder this user's (or, for root, a sandbox uid's: :meth:`Sandbox.start` gives them
+    the folder); not tmpfs mounts (:func:`sweep_stale_scratch` unmounts them); and temporary
+    lock names left by a process that died while it made one.  Returns the directories removed."""
     base = Path(tempfile.gettempdir()).absolute() if base is None else base
     swept: list[str] = []
     try:
@@ -804,6 +814,8 @@ def sweep_abandoned_scratch(base: Path | None = None) -> list[str]:
             st = os.fstat(fd)
             if st.st_uid != os.geteuid() or not stat.S_ISREG(st.st_mode) or folder in _SCRATCH_LOCKS:
                 continue
+            if folder is None and time.time() - st.st_mtime < TEMPORARY_LOCK_AGE:
+                continue  # a temporary name its maker may not have locked yet
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:  # held: its grader is alive
@@ -818,8 +830,7 @@ def sweep_abandoned_scratch(base: Path | None = None) -> list[str]:
                 except FileNotFoundError:
                     fst = None
                 if fst is not None:
-                    # root's are its sandboxes' uids' (Sandbox.start gives them the folder)
-                    if not stat.S_ISDIR(fst.st_mode) or (fst.st_uid != os.geteuid() and os.geteuid() != 0):
+                    if not stat.S_ISDIR(fst.st_mode) or not _scratch_owner(fst.st_uid):
                         continue
                     shutil.rmtree(folder, ignore_errors=True)
                     if os.path.lexists(folder):
@@ -832,6 +843,14 @@ def sweep_abandoned_scratch(base: Path | None = None) -> list[str]:
         finally:
             os.close(fd)
     return swept
+
+
+def _scratch_owner(uid: int) -> bool:
+    """Whether ``uid`` may own a scratch folder of this user's: this user, or, for root, the
+    sandbox uid it gave the folder to (:meth:`Sandbox.start`)."""
+    if uid == os.geteuid():
+        return True
+    return os.geteuid() == 0 and SANDBOX_UID_BASE <= uid < SANDBOX_UID_BASE + SANDBOX_UID_COUNT
 
 
 @lru_cache(maxsize=4)

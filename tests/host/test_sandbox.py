@@ -6,6 +6,7 @@ tested for what it promises (limits, cleanup, a visible warning), not for confin
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import socket
@@ -604,3 +605,66 @@ def test_a_tmpdir_that_cannot_hold_a_lock_still_gets_scratch_folders(
     assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no lock, no temporary file left
     sandbox.remove_scratch(path)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_temporary_lock_name_is_swept_only_once_it_is_old(tmp_path: Path) -> None:
+    """A process that died while it made a lock leaves its temporary name: swept, but only once
+    it is old enough that its maker cannot still be about to lock and link it."""
+    fresh = tmp_path / ".jaxgrade-lock-00112233445566778899aabb"
+    old = tmp_path / ".jaxgrade-lock-ffeeddccbbaa998877665544"
+    fresh.write_bytes(b"")
+    old.write_bytes(b"")
+    when = time.time() - sandbox.TEMPORARY_LOCK_AGE - 5
+    os.utime(old, (when, when))
+    assert sandbox.sweep_abandoned_scratch(tmp_path) == []  # they are no folders
+    assert sorted(p.name for p in tmp_path.iterdir()) == [fresh.name]
+
+
+def test_a_folder_that_cannot_be_removed_keeps_its_lock_released_for_a_later_sweep(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("JAXGRADE_NO_SCRATCH_TMPFS", "1")
+    path = sandbox.make_scratch("jaxgrade-sub-")
+    monkeypatch.setattr(sandbox.shutil, "rmtree", lambda *a, **k: None)  # e.g. a busy mount
+    sandbox.remove_scratch(path)
+    monkeypatch.undo()
+    assert path.is_dir() and sandbox._lock_of(path).exists() and path not in sandbox._SCRATCH_LOCKS
+    assert sandbox.sweep_abandoned_scratch(tmp_path) == [str(path)]  # released: a later sweep takes it
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root gives scratch folders to sandbox uids")
+def test_root_sweeps_folders_it_gave_to_a_sandbox_uid_and_no_others(tmp_path: Path) -> None:
+    made = {}
+    for owner in (sandbox.SANDBOX_UID_BASE + 7, 12345):  # a sandbox's uid; another user's
+        folder = tmp_path / f"jaxgrade-sub-{owner:024x}"
+        folder.mkdir()
+        (folder / "a-cell-wrote-this").write_bytes(b"x")
+        os.chown(folder, owner, owner)
+        sandbox._lock_of(folder).write_bytes(b"")  # root's, free: its grader is gone
+        made[owner] = folder
+    assert sandbox.sweep_abandoned_scratch(tmp_path) == [str(made[sandbox.SANDBOX_UID_BASE + 7])]
+    assert made[12345].is_dir() and sandbox._lock_of(made[12345]).exists()
+
+
+def test_a_lock_name_that_is_taken_is_left_alone_and_another_name_is_tried(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("JAXGRADE_NO_SCRATCH_TMPFS", "1")
+    taken, other = "a" * 24, "b" * 24
+    theirs = tmp_path / f".jaxgrade-sub-{taken}.lock"
+    theirs.write_bytes(b"someone's")
+    held = os.open(theirs, os.O_RDONLY)  # a live grader's lock, which no sweep takes
+    fcntl.flock(held, fcntl.LOCK_EX)
+    names = iter([taken, "1" * 24, other, "2" * 24])
+    monkeypatch.setattr(sandbox.secrets, "token_hex", lambda n: next(names))
+    path = sandbox.make_scratch("jaxgrade-sub-")
+    os.close(held)
+    try:
+        assert path.name == f"jaxgrade-sub-{other}" and path in sandbox._SCRATCH_LOCKS
+        assert theirs.read_bytes() == b"someone's" and not (tmp_path / f"jaxgrade-sub-{taken}").exists()
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith(".jaxgrade-lock-")]
+    finally:
+        sandbox.remove_scratch(path)
