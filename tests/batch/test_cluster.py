@@ -14,6 +14,8 @@ import os
 import signal
 import sqlite3
 import stat
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -257,9 +259,6 @@ def test_a_coordinator_killed_mid_batch_stops_the_notebooks_being_graded(
     coordinator's client and the task it wanted, and the task, at its next look, stops its
     grading (the sandbox closed, its scratch folder removed) instead of grading that notebook
     for a result nobody will receive."""
-    import subprocess
-    import sys
-
     from grader.batch.cluster import STOP_GRACE, STOP_POLL
 
     long = build_notebook("import time\ntime.sleep(60)", "def double(x):\n    return 2 * x")
@@ -359,9 +358,6 @@ def test_a_worker_whose_packages_cannot_grade_the_assignment_refuses(tmp_path: P
 def test_courses_of_dead_worker_processes_are_swept(tmp_path: Path) -> None:
     """A course is swept when no process holds its lock (its worker died, even by SIGKILL, even
     in another PID namespace), or when it is old and never got one; never while it is held."""
-    import subprocess
-    import sys
-
     dead, mine, fresh, stale = (tmp_path / f"course-{n}" for n in ("dead", "mine", "fresh", "stale"))
     for folder in (dead, mine, fresh, stale):
         (folder / "reference").mkdir(parents=True)
@@ -381,9 +377,6 @@ def test_the_notebook_of_a_worker_killed_mid_task_is_removed_by_the_next_task(
     """A worker keeps the notebook it grades in a private folder, removed after the task; one
     killed mid-task (SIGKILL: no cleanup runs) leaves it, and the next task on the machine removes
     it. A folder in use by a live process is never removed."""
-    import subprocess
-    import sys
-
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # what _private_dir() is under
     code = (
         "import os, signal, sys\n"
