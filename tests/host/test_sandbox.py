@@ -514,10 +514,10 @@ def test_scratch_folders_of_a_grader_killed_with_sigkill_are_removed_by_the_next
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, kind: str
 ) -> None:
     """Without root there is no tmpfs scratch to sweep by its mount: each scratch folder has a
-    lock beside it (``.<folder>.lock``) that its grader holds while it lives.  A grader killed with SIGKILL leaves
-    its folders; the next grader's first scratch folder removes them (and their locks), and
-    leaves alone a live grader's folders, its own, and any folder without a lock.  As root,
-    the tmpfs mounts are unmounted first, and their folders and locks go too."""
+    lock beside it (``.<folder>.lock``) that its grader holds while it lives.  A grader killed
+    with SIGKILL leaves its folders; the next grader's first scratch folder removes them (and
+    their locks), and leaves alone a live grader's folders, its own, and any folder without a
+    lock.  As root, the tmpfs mounts are unmounted first, and their folders and locks go too."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     size: list[str] = []
     if kind == "plain":
