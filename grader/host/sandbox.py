@@ -795,54 +795,69 @@ def sweep_abandoned_scratch(base: Path | None = None) -> list[str]:
     the folder); not tmpfs mounts (:func:`sweep_stale_scratch` unmounts them); and temporary
     lock names left by a process that died while it made one.  Returns the directories removed."""
     base = Path(tempfile.gettempdir()).absolute() if base is None else base
-    swept: list[str] = []
     try:
         names = os.listdir(base)
     except OSError:
-        return swept
+        return []
+    swept = []
     for name in names:
-        match = _SCRATCH_LOCK_NAME.fullmatch(name)
-        if not match and not _TEMPORARY_LOCK_NAME.fullmatch(name):
-            continue
-        lock = base / name
-        folder = base / match.group(1) if match else None
         try:
-            fd = os.open(lock, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            continue
-        try:
-            st = os.fstat(fd)
-            if st.st_uid != os.geteuid() or not stat.S_ISREG(st.st_mode) or folder in _SCRATCH_LOCKS:
-                continue
-            if folder is None and time.time() - st.st_mtime < TEMPORARY_LOCK_AGE:
-                continue  # a temporary name its maker may not have locked yet
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:  # held: its grader is alive
-                continue
-            if not _same_file(lock, fd):  # its grader removed it (and let go) since it was opened here
-                continue
-            if folder is not None:
-                if os.path.ismount(folder):
-                    continue
-                try:
-                    fst = os.lstat(folder)
-                except FileNotFoundError:
-                    fst = None
-                if fst is not None:
-                    if not stat.S_ISDIR(fst.st_mode) or not _scratch_owner(fst.st_uid):
-                        continue
-                    shutil.rmtree(folder, ignore_errors=True)
-                    if os.path.lexists(folder):
-                        continue
-                    swept.append(str(folder))
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(lock)
+            folder = _sweep_one(base, name)
         except OSError as exc:  # someone else's leftovers: never a reason to fail a grading
-            log.debug("sweeping %s: %s", lock, exc)
-        finally:
-            os.close(fd)
+            log.debug("sweeping %s: %s", base / name, exc)
+            continue
+        if folder is not None:
+            swept.append(folder)
     return swept
+
+
+def _sweep_one(base: Path, name: str) -> str | None:
+    """Sweep ``base/name`` if it is an abandoned lock (:func:`sweep_abandoned_scratch`): its
+    folder first, then the lock.  Returns the folder, if there was one and it is gone."""
+    match = _SCRATCH_LOCK_NAME.fullmatch(name)
+    if not match and not _TEMPORARY_LOCK_NAME.fullmatch(name):
+        return None
+    lock = base / name
+    folder = base / match.group(1) if match else None
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or not stat.S_ISREG(st.st_mode) or folder in _SCRATCH_LOCKS:
+            return None
+        if folder is None and time.time() - st.st_mtime < TEMPORARY_LOCK_AGE:
+            return None  # a temporary name its maker may not have locked yet
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held: its grader is alive
+            return None
+        if not _same_file(lock, fd):  # its grader removed it (and let go) since it was opened here
+            return None
+        removed = folder is not None and _remove_abandoned(folder)
+        if folder is not None and os.path.lexists(folder):
+            return None  # a mount, someone else's, or not removable: the lock stays for a later sweep
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(lock)  # and a lock whose folder is gone (unmounted and removed) goes too
+        return str(folder) if removed else None
+    finally:
+        os.close(fd)
+
+
+def _remove_abandoned(folder: Path) -> bool:
+    """Remove the folder of an abandoned lock, unless it is a mount or not this user's scratch
+    folder (:func:`_scratch_owner`); whether there was one to remove."""
+    if os.path.ismount(folder):
+        return False
+    try:
+        st = os.lstat(folder)
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISDIR(st.st_mode) or not _scratch_owner(st.st_uid):
+        return False
+    shutil.rmtree(folder, ignore_errors=True)
+    return True
 
 
 def _scratch_owner(uid: int) -> bool:
@@ -905,7 +920,7 @@ def scratch_status() -> tuple[bool, str]:
         if done.returncode != 0:
             return False, f"mount -t tmpfs failed: {done.stderr.decode(errors='replace').strip()[:200]}"
         subprocess.run(["umount", str(probe)], capture_output=True)
-        sweep_stale_scratch()
+        _sweep_abandoned_scratch_once(str(Path(tempfile.gettempdir()).absolute()))  # stale mounts first
         return True, ""
     finally:
         shutil.rmtree(probe, ignore_errors=True)
