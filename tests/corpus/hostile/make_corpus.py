@@ -118,7 +118,7 @@ except OSError:
     pass
 """
 
-# the first ``seconds`` of a walk over the disk: the folders ``wanted(path)`` picks (both poisoners)
+# the first ``seconds`` of a walk over the disk: the folders ``wanted(path)`` picks (POISON)
 WALK_DISK = r"""
 import os, time
 def walk_disk(wanted, seconds=6):
@@ -135,57 +135,60 @@ def walk_disk(wanted, seconds=6):
     return picked
 """
 
-POISON_EVALS = WALK_DISK + r"""
-# the evaluator's answers, kept by the trusted side (grader/host/eval_cache.py): find the folder
-# (next to the compilation cache, under the cache root) and plant an entry under every name seen
+# both poisoners: every entry ``is_entry(folder, name)`` in the guessed folders and in those the walk
+# picks is noted in FOUND and overwritten, and ``plant(folder)`` writes a new entry in each folder
+POISON = WALK_DISK + r"""
 FOUND = []
-guesses = [os.path.join(os.path.dirname(os.environ.get("JAX_COMPILATION_CACHE_DIR") or "/jaxgrade-xla-cache"), "evals"),
-           "/jaxgrade-xla-cache/../evals", os.path.expanduser("~/.cache/jaxgrade/evals"), "/root/.cache/jaxgrade/evals"]
-guesses += walk_disk(lambda d: os.path.basename(d) == "evals" or d.endswith("/jaxgrade"))
-# found: an entry someone else wrote (the sandbox's own home and /tmp are its to write, and prove nothing)
-for d in guesses:
-    for dirpath, dirnames, filenames in os.walk(d):
-        for name in filenames:
-            if len(name) == 64 and os.path.basename(dirpath) == name[:2]:
-                FOUND.append(os.path.join(dirpath, name))
-                try:
-                    with open(os.path.join(dirpath, name), "r+b") as f:
-                        f.write(b"poison")
-                except OSError:
-                    pass
-        try:
-            os.makedirs(os.path.join(dirpath, "po"), exist_ok=True)
-            with open(os.path.join(dirpath, "po", "poison"), "w") as f:
-                f.write("poison")
-        except OSError:
-            pass
+def poison(guesses, wanted, is_entry, plant):
+    for d in guesses + walk_disk(wanted):
+        for dirpath, dirnames, filenames in os.walk(d):
+            for name in filenames:
+                if is_entry(dirpath, name):
+                    FOUND.append(os.path.join(dirpath, name))
+                    try:
+                        with open(os.path.join(dirpath, name), "r+b") as f:
+                            f.write(b"poison")
+                    except OSError:
+                        pass
+            try:
+                plant(dirpath)
+            except OSError:
+                pass
 """
 
-POISON_TRUSTED = WALK_DISK + r"""
+POISON_EVALS = POISON + r"""
+# the evaluator's answers, kept by the trusted side (grader/host/eval_cache.py): find the folder
+# (next to the compilation cache, under the cache root) and plant an entry under every name seen
+def plant(folder):
+    os.makedirs(os.path.join(folder, "po"), exist_ok=True)
+    with open(os.path.join(folder, "po", "poison"), "w") as f:
+        f.write("poison")
+poison(
+    [os.path.join(os.path.dirname(os.environ.get("JAX_COMPILATION_CACHE_DIR") or "/jaxgrade-xla-cache"), "evals"),
+     "/jaxgrade-xla-cache/../evals", os.path.expanduser("~/.cache/jaxgrade/evals"), "/root/.cache/jaxgrade/evals"],
+    lambda d: os.path.basename(d) == "evals" or d.endswith("/jaxgrade"),
+    # found: an entry someone else wrote (the sandbox's own home and /tmp are its to write, and prove nothing)
+    lambda folder, name: len(name) == 64 and os.path.basename(folder) == name[:2],
+    plant,
+)
+"""
+
+POISON_TRUSTED = POISON + r"""
 # the grading processes' own compilation cache (grader/host/xla_cache.py: use_trusted_cache),
 # where the references' executables are kept: find it (beside the cache root's xla/ and evals/)
 # and overwrite or plant entries, so that a later grading process computes wrong references
-FOUND = []
+def plant(folder):
+    with open(os.path.join(folder, "jit_double-0" * 3 + "-cache"), "wb") as f:
+        f.write(b"poison")
 root = os.path.dirname(os.environ.get("JAX_COMPILATION_CACHE_DIR") or "/jaxgrade-xla-cache")
-guesses = [os.path.join(root, "trusted"), os.path.join(root, "..", "trusted"), "/jaxgrade-xla-cache/../trusted",
-           os.path.expanduser("~/.cache/jaxgrade/trusted"), "/root/.cache/jaxgrade/trusted"]
-guesses += walk_disk(lambda d: os.path.basename(d) == "trusted")
-# found: an entry the trusted side wrote (JAX names them <hash>-cache), in the folder or below it
-for d in guesses:
-    for dirpath, dirnames, filenames in os.walk(d):
-        for name in filenames:
-            if name.endswith("-cache"):
-                FOUND.append(os.path.join(dirpath, name))
-                try:
-                    with open(os.path.join(dirpath, name), "r+b") as f:
-                        f.write(b"poison")
-                except OSError:
-                    pass
-        try:
-            with open(os.path.join(dirpath, "jit_double-0" * 3 + "-cache"), "wb") as f:
-                f.write(b"poison")
-        except OSError:
-            pass
+poison(
+    [os.path.join(root, "trusted"), os.path.join(root, "..", "trusted"), "/jaxgrade-xla-cache/../trusted",
+     os.path.expanduser("~/.cache/jaxgrade/trusted"), "/root/.cache/jaxgrade/trusted"],
+    lambda d: os.path.basename(d) == "trusted",
+    # found: an entry the trusted side wrote (JAX names them <hash>-cache), in the folder or below it
+    lambda folder, name: name.endswith("-cache"),
+    plant,
+)
 """
 
 WRITE_OUTSIDE = r"""
