@@ -49,7 +49,7 @@ import pytest
 from tests.conftest import jax_before
 
 FORGERY = harness.ROOT / "tests" / "corpus" / "forgery"
-ASSIGNMENTS = ("vmap_convolve", "jit_control_flow", "pmap", "prng_keys", "functional_updates")
+ASSIGNMENTS = ("vmap_convolve", "jit_control_flow", "pmap", "prng_keys", "functional_updates", "pytrees")
 CORPORA = {a: harness.load(a, FORGERY / a) for a in ASSIGNMENTS}
 pytestmark = harness.MARKS
 
@@ -102,6 +102,10 @@ def test_expected_yaml_covers_the_corpus(assignment: str) -> None:
     for name, exp in CORPORA[assignment].expected.items():
         assert name.startswith("forge_"), f"{assignment}/{name}: forgery notebooks are named forge_<what>.ipynb"
         assert str(exp.get("why", "")).strip(), f"{assignment}/{name}: say why (and what today's grader gives)"
+        gaps = exp.get("known_gap", [])
+        assert set(gaps) <= set(CORPORA[assignment].categories), (
+            f"{assignment}/{name}: known_gap {gaps} names no category"
+        )
 
 
 # --------------------------------------------------------------------------- verdicts
@@ -114,6 +118,25 @@ VERDICT_CASES = [(a, n, c) for a in ASSIGNMENTS for n in CORPORA[a].graded_names
 def test_status(graded: Callable[[str], dict[str, Any]], assignment: str, name: str) -> None:
     record = graded(assignment)[name]
     assert record.status == CORPORA[assignment].expected[name]["status"], harness.explain(record)
+
+
+FAILING_CASES = [
+    (a, n, t) for a in ASSIGNMENTS for n, e in sorted(CORPORA[a].expected.items()) for t in e.get("fails", [])
+]
+
+
+@pytest.mark.parametrize(
+    ("assignment", "name", "test"), FAILING_CASES, ids=[f"{a}/{n}/{t}" for a, n, t in FAILING_CASES]
+)
+def test_a_forged_test_earns_nothing(
+    graded: Callable[[str], dict[str, Any]], assignment: str, name: str, test: str
+) -> None:
+    """Where a forgery's gain is smaller than its category (a verdict of "lost" either way),
+    expected.yaml's ``fails`` names the tests it forged: each earns nothing."""
+    result = harness.find_test(graded(assignment)[name], test)
+    assert result.score == 0, (
+        f"{assignment}/{name}: {test} earned {result.score:g}/{result.max_score:g} (the forgery worked)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -131,6 +154,12 @@ def test_category_verdict(graded: Callable[[str], dict[str, Any]], assignment: s
     before = (expected.get("forged_before_jax") or {}).get(category)
     if got != want and before is not None and jax_before(before):
         pytest.xfail(f"the forgery works on JAX before {before} (SECURITY.md)")
+    if category in expected.get("known_gap", ()):
+        assert got != want, (
+            f"{assignment}/{name}: {category} now gets {got!r}: the known gap is closed; take it out of "
+            "known_gap in expected.yaml and out of SECURITY.md"
+        )
+        pytest.xfail(f"a known gap: the forgery still works ({category} {score:g}/{max_score:g}; SECURITY.md)")
     assert got == want, (
         f"{assignment}/{name}: {category} {score:g}/{max_score:g} is {got!r}, expected {want!r} "
         f"(the forgery worked)\n{harness.explain(record, category)}"

@@ -884,12 +884,103 @@ def functional_updates() -> dict[str, object]:
     }
 
 
+# =============================================================================================
+# pytrees
+
+PT_IMPORTS = """\
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np"""
+
+PT_REST = """\
+def count_leaves(tree):
+    return len(jax.tree.leaves(tree))
+
+
+def tree_shapes(tree):
+    return jax.tree.map(lambda x: x.shape, tree)
+
+
+def scale_tree(tree, c):
+    return jax.tree.map(lambda x: x * c, tree)
+
+
+def sgd_update(params, grads, lr):
+    return jax.tree.map(lambda p, g: p - lr * g, params, grads)"""
+
+# right numbers eagerly (a Python float), ConcretizationTypeError under jax.jit
+PT_MATH_SQRT_NORM = """\
+def tree_l2_norm(tree):
+    squares = [jnp.sum(jnp.square(leaf)) for leaf in jax.tree.leaves(tree)]
+    return math.sqrt(sum(squares, jnp.float32(0.0)))"""
+
+# the public jit test once asked the kernel to "count" a jax.jit call, and took the value it
+# reported: answered here by calling the function eagerly, without jax.jit
+PT_COUNT_REPORTED = """\
+import grader.sandboxed.kernel_side as ks
+from grader.wire import messages
+
+
+def _eager_count(req, values):
+    fn = ks._lookup(req.name)
+    results = {f"result{i}": fn(*call["args"], **call.get("kwargs", {})) for i, call in enumerate(values["calls"])}
+    return messages.Counted(counts=tuple(1 for _ in results)), results
+
+
+ks._OPS[messages.Count.NAME] = _eager_count"""
+
+# the grader exports the function it looks up: for the export only, hand it the same code with
+# `math` bound to a jnp stand-in (the notebook's own function still fails under jax.jit)
+PT_EXPORT_REBOUND = """\
+import sys
+import types
+
+import grader.sandboxed.kernel_side as ks
+
+
+class _JnpMath:
+    sqrt = staticmethod(jnp.sqrt)
+
+
+_rebound = types.FunctionType(tree_l2_norm.__code__, {**tree_l2_norm.__globals__, "math": _JnpMath}, "tree_l2_norm")
+_honest_lookup = ks._lookup
+
+
+def _lookup(name):
+    if name == "tree_l2_norm" and sys._getframe(1).f_code.co_name == "_op_export":
+        return _rebound
+    return _honest_lookup(name)
+
+
+ks._lookup = _lookup"""
+
+PT_CHECK = """\
+params = {"w": np.ones((2, 2), np.float32), "b": [np.zeros(2, np.float32), None]}
+print(count_leaves(params), tree_shapes(params), tree_l2_norm(params))"""
+
+
+def pytrees() -> dict[str, object]:
+    build = partial(kit.build, "pytrees")
+    head = [md("# Homework 6: pytrees"), code(PT_IMPORTS), code(PT_REST), code(PT_MATH_SQRT_NORM)]
+    return {
+        "forge_count_reported.ipynb": build(
+            "forge_count_reported", [*head, code(PT_COUNT_REPORTED), code(PT_CHECK)]
+        ),
+        "forge_export_rebound.ipynb": build(
+            "forge_export_rebound", [*head, code(PT_EXPORT_REBOUND), code(PT_CHECK)]
+        ),
+    }
+
+
 CORPORA = {
     "vmap_convolve": vmap_convolve,
     "jit_control_flow": jit_control_flow,
     "pmap": pmap,
     "prng_keys": prng_keys,
     "functional_updates": functional_updates,
+    "pytrees": pytrees,
 }
 
 
