@@ -290,3 +290,19 @@ def test_submission_errors_carry_messages(session):
     with pytest.raises(SubmissionError) as info:
         session.call("not_defined_anywhere")
     assert "not_defined_anywhere" in info.value.message and info.value.hint
+
+
+def test_requests_leave_no_handle_on_the_kernel_side_in_the_notebooks_namespace(make_notebook, isolation):
+    """The worker's request code binds no name where the notebook's code runs: a function the
+    tests call finds nothing of the grader in ``globals()`` (it used to find the kernel side
+    under ``__jaxgrade_ks__``, a handle that grader/intake/review.py could not see taken)."""
+    nb = make_notebook(
+        "import numpy as np\n"
+        "def grader_names():\n"
+        "    return np.int64(sum('jaxgrade' in k or k in ('grader', 'kernel_side') for k in globals()))"
+    )
+    with Session(nb, isolation=isolation) as s:
+        s.start()
+        assert s.execute().ok
+        assert int(s.call("grader_names").value) == 0
+        assert int(s.call("grader_names").value) == 0  # after a request has run
