@@ -49,7 +49,17 @@ import pytest
 from tests.conftest import jax_before
 
 FORGERY = harness.ROOT / "tests" / "corpus" / "forgery"
-ASSIGNMENTS = ("vmap_convolve", "jit_control_flow", "pmap", "prng_keys", "functional_updates", "pytrees")
+ASSIGNMENTS = (
+    "vmap_convolve",
+    "jit_control_flow",
+    "pmap",
+    "prng_keys",
+    "functional_updates",
+    "pytrees",
+    "autodiff",
+    "per_example_grads",
+    "stop_gradient",
+)
 CORPORA = {a: harness.load(a, FORGERY / a) for a in ASSIGNMENTS}
 pytestmark = harness.MARKS
 

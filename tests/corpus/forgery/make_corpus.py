@@ -974,6 +974,206 @@ def pytrees() -> dict[str, object]:
     }
 
 
+# =============================================================================================
+# export substitution (session 18's red team): the kernel side's _lookup, patched so that the
+# export request alone gets another function than the notebook's, listed in _EXPORT_VIEW (set by
+# each notebook after this cell); calls still get the notebook's own function
+
+EXPORT_VIEW = """\
+import sys as _sys
+
+import grader.sandboxed.kernel_side as _ks
+
+_EXPORT_VIEW = {}
+_honest_lookup = _ks._lookup
+
+
+def _lookup(name):
+    if _sys._getframe(1).f_code.co_name == "_op_export" and name in _EXPORT_VIEW:
+        return _EXPORT_VIEW[name]
+    return _honest_lookup(name)
+
+
+_ks._lookup = _lookup"""
+
+
+# =============================================================================================
+# autodiff
+
+AD_IMPORTS = """\
+import jax
+import jax.numpy as jnp
+import numpy as np"""
+
+# right numbers eagerly; np.asarray of a tracer under jax.jit (TracerArrayConversionError)
+AD_NUMPY_ARGS = """\
+def sum_squared_error(x, y):
+    return jnp.sum((x - y) ** 2)
+
+
+def grad_sse_wrt_x(x, y):
+    return jax.grad(sum_squared_error)(np.asarray(x), np.asarray(y))
+
+
+def grad_sse_wrt_both(x, y):
+    return jax.grad(sum_squared_error, argnums=(0, 1))(np.asarray(x), np.asarray(y))
+
+
+def sse_value_and_grad(x, y):
+    return jax.value_and_grad(sum_squared_error)(np.asarray(x), np.asarray(y))
+
+
+def squared_error_with_aux(x, y):
+    return sum_squared_error(x, y), x - y
+
+
+def sse_with_aux_grad(x, y):
+    return jax.grad(squared_error_with_aux, has_aux=True)(np.asarray(x), np.asarray(y))
+
+
+def model(theta, x):
+    w, b = theta
+    return w * x + b
+
+
+def mse(theta, x, y):
+    return jnp.mean((model(theta, x) - y) ** 2)
+
+
+@jax.jit
+def _update(theta, xs, ys, lr):
+    return theta - lr * jax.grad(mse)(theta, xs, ys)
+
+
+def fit_linear_regression(xs, ys, lr=0.1, steps=1000):
+    theta = jnp.array([1.0, 1.0])
+    for _ in range(steps):
+        theta = _update(theta, xs, ys, lr)
+    return theta"""
+
+# the export gets each function's own code with `np` bound to jax.numpy
+AD_EXPORT_REBOUND = """\
+import types as _types
+
+_with_jnp = {**globals(), "np": jnp}
+_EXPORT_VIEW.update(
+    {
+        name: _types.FunctionType(globals()[name].__code__, _with_jnp, name)
+        for name in ["grad_sse_wrt_x", "grad_sse_wrt_both", "sse_value_and_grad", "sse_with_aux_grad"]
+    }
+)"""
+
+AD_CHECK = """\
+x, y = jnp.arange(3.0), jnp.ones(3)
+print(grad_sse_wrt_x(x, y), sse_value_and_grad(x, y), sse_with_aux_grad(x, y))"""
+
+
+def autodiff() -> dict[str, object]:
+    build = partial(kit.build, "autodiff")
+    head = [md("# Homework 4: autodiff"), code(AD_IMPORTS), code(AD_NUMPY_ARGS)]
+    return {
+        "forge_export_rebound.ipynb": build(
+            "forge_export_rebound", [*head, code(EXPORT_VIEW), code(AD_EXPORT_REBOUND), code(AD_CHECK)]
+        ),
+    }
+
+
+# =============================================================================================
+# per_example_grads
+
+PE_IMPORTS = AD_IMPORTS
+
+PE_LOSS = """\
+def loss_fn(params, x, y):
+    return jnp.mean((jnp.dot(x, params) - y) ** 2)
+
+
+def batch_grad(params, xs, ys):
+    return jax.grad(loss_fn)(params, xs, ys)"""
+
+# vmapped, not jitted: runs op by op on every call
+PE_NOT_JITTED = """\
+per_example_grads = jax.vmap(jax.grad(loss_fn), in_axes=(None, 0, 0))"""
+
+PE_EXPORT_JITTED = """\
+_EXPORT_VIEW["per_example_grads"] = jax.jit(per_example_grads)"""
+
+PE_CHECK = """\
+params, xs, ys = jnp.ones(3), jnp.ones((4, 3)), jnp.zeros(4)
+print(per_example_grads(params, xs, ys), batch_grad(params, xs, ys))"""
+
+
+def per_example_grads() -> dict[str, object]:
+    build = partial(kit.build, "per_example_grads")
+    head = [md("# Homework 5: per-example gradients"), code(PE_IMPORTS), code(PE_LOSS), code(PE_NOT_JITTED)]
+    return {
+        "forge_export_jitted.ipynb": build(
+            "forge_export_jitted", [*head, code(EXPORT_VIEW), code(PE_EXPORT_JITTED), code(PE_CHECK)]
+        ),
+    }
+
+
+# =============================================================================================
+# stop_gradient
+
+SG_IMPORTS = AD_IMPORTS
+
+# the loss has no stop_gradient (its gradient flows through the target); td_update is the
+# semi-gradient written by hand, so its numbers are right
+SG_NO_STOP = """\
+def value_fn(theta, s):
+    return jnp.dot(theta, s)
+
+
+def td_loss_with_stop_gradient(theta, s_tm1, r_t, s_t):
+    v_tm1 = value_fn(theta, s_tm1)
+    target = r_t + value_fn(theta, s_t)
+    return -0.5 * ((target - v_tm1) ** 2)
+
+
+def td_update(theta, s_tm1, r_t, s_t):
+    delta = r_t + value_fn(theta, s_t) - value_fn(theta, s_tm1)
+    return delta * s_tm1
+
+
+def batched_td_update(theta, s_tm1s, r_ts, s_ts):
+    per_example = jax.vmap(td_update, in_axes=(None, 0, 0, 0))(theta, s_tm1s, r_ts, s_ts)
+    return jnp.mean(per_example, axis=0)"""
+
+# the export gets the same loss wrapped in a custom_vjp whose backward pass is td_update
+SG_EXPORT_CUSTOM_VJP = """\
+@jax.custom_vjp
+def _semi_gradient_loss(theta, s_tm1, r_t, s_t):
+    return td_loss_with_stop_gradient(theta, s_tm1, r_t, s_t)
+
+
+def _fwd(theta, s_tm1, r_t, s_t):
+    return td_loss_with_stop_gradient(theta, s_tm1, r_t, s_t), (theta, s_tm1, r_t, s_t)
+
+
+def _bwd(res, ct):
+    theta, s_tm1, r_t, s_t = res
+    return ct * td_update(theta, s_tm1, r_t, s_t), jnp.zeros_like(s_tm1), jnp.zeros_like(r_t), jnp.zeros_like(s_t)
+
+
+_semi_gradient_loss.defvjp(_fwd, _bwd)
+_EXPORT_VIEW["td_loss_with_stop_gradient"] = _semi_gradient_loss"""
+
+SG_CHECK = """\
+theta, s_tm1, r_t, s_t = jnp.array([0.1, -0.1, 0.0]), jnp.array([1.0, 2.0, -1.0]), jnp.array(1.0), jnp.array([2.0, 1.0, 0.0])
+print(jax.grad(td_loss_with_stop_gradient)(theta, s_tm1, r_t, s_t), td_update(theta, s_tm1, r_t, s_t))"""
+
+
+def stop_gradient() -> dict[str, object]:
+    build = partial(kit.build, "stop_gradient")
+    head = [md("# Homework 7: stop_gradient"), code(SG_IMPORTS), code(SG_NO_STOP)]
+    return {
+        "forge_export_custom_vjp.ipynb": build(
+            "forge_export_custom_vjp", [*head, code(EXPORT_VIEW), code(SG_EXPORT_CUSTOM_VJP), code(SG_CHECK)]
+        ),
+    }
+
+
 CORPORA = {
     "vmap_convolve": vmap_convolve,
     "jit_control_flow": jit_control_flow,
@@ -981,6 +1181,9 @@ CORPORA = {
     "prng_keys": prng_keys,
     "functional_updates": functional_updates,
     "pytrees": pytrees,
+    "autodiff": autodiff,
+    "per_example_grads": per_example_grads,
+    "stop_gradient": stop_gradient,
 }
 
 
