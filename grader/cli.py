@@ -500,6 +500,8 @@ class _Progress:
         line = f"{rec.student}: {rec.score:g}/{rec.max_score:g} {rec.status} ({rec.timings.get('total', 0):.1f}s)"
         if rec.status != "graded":
             line += f" — {rec.message[:120]}"
+        if rec.review:
+            line += f" [to read: {len(rec.review)} finding(s), first in cell {rec.review[0].get('cell')}]"
         if self.bar is not None:
             self.bar.update(self.task, advance=1, counts=self._counts())
             self.bar.console.print(line, markup=False)
@@ -535,11 +537,35 @@ def _summary(records: list[Record], elapsed: float, graded_now: int, out_dir: Pa
     if late:
         table.caption = f"{len(late)} late submission(s); scores shown after the late deduction"
     console.print(table)
+    _review_summary(records, out_dir, err)
     print(
         f"done: {graded_now} graded in {_duration(elapsed)}; results in {out_dir / 'results'}, "
         f"feedback in {out_dir / 'feedback'}, report {out_dir / 'report.html'}, grades {out_dir / 'grades.csv'}",
         file=err,
     )
+
+
+def _review_summary(records: list[Record], out_dir: Path, err: TextIO, shown: int = 10) -> None:
+    """The notebooks whose code a TA should read before trusting their score
+    (grader/intake/review.py), each with its first finding."""
+    flagged = sorted((r for r in records if r.review), key=lambda r: r.student)
+    if not flagged:
+        return
+    print(
+        f"to read: {len(flagged)} notebook(s) with code that can change what the grader observes in the "
+        f"student's kernel (their scores stand; the class report lists every finding: {out_dir / 'report.html'}):",
+        file=err,
+    )
+    for r in flagged[:shown]:
+        f = r.review[0]
+        more = f" (+{len(r.review) - 1} more)" if len(r.review) > 1 else ""
+        print(
+            f"  {r.student}: cell {f.get('cell')}, line {f.get('line')}: {f.get('why')} "
+            f"({str(f.get('what', ''))[:60]}){more}",
+            file=err,
+        )
+    if len(flagged) > shown:
+        print(f"  and {len(flagged) - shown} more", file=err)
 
 
 # --------------------------------------------------------------------------- export / gradescope

@@ -218,6 +218,24 @@ def _leaked(text: str, values: set[str]) -> list[str]:
     return sorted({n for n in NUMBER.findall(text) if n in values})
 
 
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_the_forgeries_that_tamper_are_named_for_review(
+    graded: Callable[[str], dict[str, Any]], assignment: str
+) -> None:
+    """Each record lists what grader/intake/review.py found in the notebook: exactly the
+    forgeries that reach into the kernel side, patch a library, use reflection or tell traced
+    calls from eager ones (tests/intake/test_review.py lists them), not the wrong solutions that
+    only look right to an analysis."""
+    from tests.intake.test_review import TAMPERING
+
+    records = graded(assignment)
+    want = {k.rsplit("/", 1)[1] for k in TAMPERING if k.startswith(f"forgery/{assignment}/")}
+    assert {name for name, rec in records.items() if rec.review} == want
+    for name in want:
+        kinds = {f["kind"] for f in records[name].review}
+        assert kinds >= TAMPERING[f"forgery/{assignment}/{name}"], (name, records[name].review)
+
+
 @pytest.mark.parametrize("name", LEAKS)
 def test_hidden_inputs_stay_hidden(graded: Callable[[str], dict[str, Any]], name: str) -> None:
     """A student who wraps kernel_side.serve sees every request's values and raises an error that

@@ -237,6 +237,22 @@ def test_the_grading_processes_cache_is_out_of_every_sandboxs_reach(batch: dict)
         assert not path.read_bytes().startswith(b"poison") and "jit_double-0jit" not in path.name, path
 
 
+def test_the_notebooks_that_tamper_are_named_for_review(batch: dict) -> None:
+    """grader/intake/review.py: the attacks that patch or reach into what the grader observes
+    are listed in their records, in the run's summary and in the class report; the honest
+    notebooks and the other attacks are not (tests/intake/test_review.py lists them)."""
+    from tests.intake.test_review import TAMPERING
+
+    want = {Path(k).stem for k in TAMPERING if k.startswith("hostile/")}
+    assert {s for s, r in batch["records"].items() if r.get("review")} == want
+    assert f"to read: {len(want)} notebook(s)" in batch["stderr"], batch["stderr"][-3000:]
+    report = (batch["out"] / "report.html").read_text(encoding="utf-8")
+    for student in want:
+        assert f"\n  {student}: cell " in batch["stderr"]
+        assert f'class="review-finding" data-student="{student}"' in report
+    assert all(not batch["records"][s].get("review") for s in batch["records"] if s.startswith("honest_"))
+
+
 def test_result_files_stay_small(batch: dict) -> None:
     out: Path = batch["out"]
     for f in (out / "results").iterdir():

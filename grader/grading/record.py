@@ -65,6 +65,10 @@ class Record:
     # the most memory one of its sandboxes (the kernel's or the evaluator's, each a process tree)
     # held at once, from their cgroups; 0 when not accounted (no cgroups)
     peak_memory_bytes: int = 0
+    # code a TA should read before trusting the score, found in the notebook's source on the
+    # trusted side (grader/intake/review.py): per finding cell, line, code, kind, what and why;
+    # it changes no score
+    review: list[dict[str, Any]] = field(default_factory=list)
 
     def categories(self) -> dict[str, tuple[float, float]]:
         """category -> (score, max_score), over the categories this assignment tests."""

@@ -49,6 +49,7 @@ from grader.grading.record import CATEGORIES, Record, TestResult
 from grader.publish.output import safe_name, write_atomic
 
 SLOWEST = 10  # notebooks listed in the report's "slowest" table
+REVIEW_SHOWN = 5  # findings listed per notebook in the report's "Notebooks to read" table
 CLIP = 4000  # characters of one message, error value or output shown on a page
 PAGE_CELLS = 50  # failing cells listed on a page; the rest are counted (#cells-hidden)
 PAGE_MAX_BYTES = 400_000  # a feedback page's cap: fewer cells are shown until it fits
@@ -404,7 +405,27 @@ def report_context(records: list[Record], *, course: str, title: str, assignment
         "categories": categories,
         "slowest": [row(r) for r in slowest],
         "failed": [row(r) for r in records if r.status in ("error", "timeout")],
+        "review": [
+            {
+                **row(r),
+                "findings": [_finding(f) for f in r.review[:REVIEW_SHOWN]],
+                "more": max(0, len(r.review) - REVIEW_SHOWN),
+            }
+            for r in records
+            if r.review
+        ],
         "students": [row(r) for r in records],
+    }
+
+
+def _finding(f: dict[str, Any]) -> dict[str, Any]:
+    """One review finding (grader/intake/review.py) as the report shows it: plain, clipped text."""
+    return {
+        "cell": int(f.get("cell") or 0),
+        "line": int(f.get("line") or 0),
+        "why": clip(f.get("why", ""), 80),
+        "what": clip(f.get("what", ""), 80),
+        "code": clip(f.get("code", ""), 200),
     }
 
 

@@ -478,6 +478,31 @@ def test_report_lists_at_most_ten_slowest():
     assert slow[0].attrs["data-seconds"] == "14"
 
 
+def test_report_names_the_notebooks_to_read():
+    """grader/intake/review.py's findings: each notebook with its score, every finding up to five
+    with its cell, line, reason and code (escaped), the rest counted; none, no section."""
+    finding = {"cell": 4, "line": 2, "code": "import grader.sandboxed.kernel_side as ks  # <b>", "kind": "grader"}
+    finding |= {"what": "import grader.sandboxed.kernel_side", "why": "reaches into the grader"}
+    recs = [
+        make_record("mallory", review=[finding | {"line": i} for i in range(1, 8)]),
+        make_record("alice"),
+        make_record("trent", review=[finding]),
+    ]
+    html = report_html(recs, course=COURSE, title=TITLE, assignment="hw1")
+    doc = parse(html)
+    rows = doc.find_all("tr", cls="review-finding")
+    assert [(r.attrs["data-student"], r.attrs["data-line"]) for r in rows] == [
+        *(("mallory", str(i)) for i in range(1, 6)),
+        ("trent", "2"),
+    ]
+    assert "cell 4, line 2" in rows[-1].text and "reaches into the grader" in rows[-1].text
+    assert "&lt;b&gt;" in html and "<b>" not in html
+    assert [r.attrs["data-student"] for r in doc.find_all("tr", cls="review-more")] == ["mallory"]
+    assert "and 2 more in the record" in doc.find_all("tr", cls="review-more")[0].text
+    clean = report_html([make_record("alice")], course=COURSE, title=TITLE, assignment="hw1")
+    assert 'id="review"' not in clean and "Notebooks to read" not in clean
+
+
 def png_size(data: bytes) -> tuple[int, int]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
     assert data[12:16] == b"IHDR"
