@@ -416,9 +416,10 @@ class _Names:
             else:
                 return ""
 
-    def _rooted(self, value: ast.AST) -> str:
-        """The module path ``value`` stands for, also as an element of a tuple or list, or as
-        the argument of a context manager such as ``contextlib.nullcontext(jax)``."""
+    def _rooted(self, value: ast.AST, *, calls: bool = False) -> str:
+        """The module path ``value`` stands for, also as an element of a tuple or list, or (with
+        ``calls``: a ``with`` item) as the argument of a context manager such as
+        ``contextlib.nullcontext(jax)``."""
         found = self.module_of(value)
         if found:
             return found
@@ -427,21 +428,21 @@ class _Names:
                 found = self._rooted(elt)
                 if found:
                     return found
-        if isinstance(value, ast.Call):
+        if calls and isinstance(value, ast.Call):
             for arg in [*value.args, *(k.value for k in value.keywords)]:
                 found = self.module_of(arg)
                 if found:
                     return found
         return ""
 
-    def _store(self, target: ast.AST, value: ast.AST) -> None:
+    def _store(self, target: ast.AST, value: ast.AST, *, calls: bool = False) -> None:
         if isinstance(value, ast.Call) and _called(value) == "get_ipython":
             for n in _stored_names(target):
                 self.ipython.add(n)
             return
         if isinstance(value, ast.Name) and value.id == "get_ipython":
             return  # a runner handed around: found by the scan
-        path = self._rooted(value)
+        path = self._rooted(value, calls=calls)
         if not path:
             return
         if isinstance(value, ast.Name) and value.id in self.selfcheck:
@@ -461,7 +462,7 @@ class _Names:
         elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
             self._store(node.target, node.iter)
         elif isinstance(node, ast.withitem) and node.optional_vars is not None:
-            self._store(node.optional_vars, node.context_expr)
+            self._store(node.optional_vars, node.context_expr, calls=True)
         elif isinstance(node, ast.Match):
             for case in node.cases:
                 for p in ast.walk(case.pattern):

@@ -55,6 +55,7 @@ HONEST = {
     "display options": 'import pandas as pd\npd.options.display.float_format = "{:.3f}".format\nfrom tqdm import tqdm\ntqdm.monitor_interval = 0',
     "a function called eval": "def eval(params, x, y):\n    return jnp.mean((model(params, x) - y) ** 2)\nprint(eval(params, xs, ys))\ndef f(exec=False):\n    return exec",
     "a class called ...Tracer": "class LossTracer:\n    pass\ntracker = LossTracer()",
+    "a config holding a JAX function": "import jax\ncfg = Config(act=jax.nn.relu, opt=optax.adam)\ncfg.lr = 0.1",
     "checkpoints": 'import pickle\nwith open("params.pkl", "rb") as f:\n    params = pickle.load(f)',
     "code in strings that is honest": 'import timeit\ntimeit.timeit("f(x)", globals=globals(), number=3)\nprint("loss = %.3f" % loss)',
 }
