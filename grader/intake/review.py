@@ -14,7 +14,8 @@ kernel reports) and lists, cell by cell, the constructs that such code needs:
 - ``patch``: assigning or deleting an attribute of a module the grader's kernel side uses (JAX,
   NumPy, the standard library, IPython, the grader), of something reached from one, of a type
   (``type(x).f = ...``), or of a name the kernel side itself uses (``jit``, ``export``,
-  ``array_equal``, ``_lookup`` ...) on any object; ``setattr``/``delattr`` likewise; ``mock``;
+  ``array_equal``, ``_lookup`` ...) on any object but ``self``; ``setattr``/``delattr`` likewise;
+  ``unittest.mock``;
 - ``reflection``: reaching objects the code was not given (``sys.modules``, frames, ``gc``'s
   referrers, ``importlib``, ``__import__``, writes into ``globals()``, ``__globals__``,
   ``__dict__``, an attribute named at run time, IPython's namespace and input transformers,
