@@ -43,7 +43,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from grader.intake.notebook import _python_source
+from grader.intake.notebook import _called_name, _python_source
 
 #: What the in-notebook self-check exports (``from grader import selfcheck as jc``): a notebook
 #: released by ``jaxgrade release`` uses these and nothing else of the grader.
@@ -399,7 +399,7 @@ class _Names:
                 node = node.value
             elif isinstance(node, ast.NamedExpr):
                 node = node.value
-            elif isinstance(node, ast.Call) and _called(node) == "getattr" and len(node.args) >= 2:
+            elif isinstance(node, ast.Call) and _called_name(node.func) == "getattr" and len(node.args) >= 2:
                 name = _literal(node.args[1])
                 parts.append(name if name is not None else "?")
                 node = node.args[0]
@@ -437,7 +437,7 @@ class _Names:
         return ""
 
     def _store(self, target: ast.AST, value: ast.AST, *, calls: bool = False) -> None:
-        if isinstance(value, ast.Call) and _called(value) == "get_ipython":
+        if isinstance(value, ast.Call) and _called_name(value.func) == "get_ipython":
             for n in _stored_names(target):
                 self.ipython.add(n)
             return
@@ -480,7 +480,7 @@ class _Names:
         elif isinstance(node, ast.Call):
             # a module handed to a function of the notebook (or a lambda called at once): its
             # parameters stand for the module
-            func = node.func if isinstance(node.func, ast.Lambda) else self.functions.get(_called(node))
+            func = node.func if isinstance(node.func, ast.Lambda) else self.functions.get(_called_name(node.func))
             if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and isinstance(
                 node.func, (ast.Name, ast.Lambda)
             ):
@@ -586,18 +586,14 @@ class _Scan:
             if not allowed:
                 self.add(node, "grader", f"import {full}")
             return
-        if full.startswith("jax._src") or full in ("jax.monitoring",):
-            self.add(node, "reflection", f"import {full}")
-        elif module in PATCH_MODULES or full in PATCH_MODULES:
+        if module in PATCH_MODULES or full in PATCH_MODULES:
             self.add(node, "patch", f"import {full}")
         elif top in DYNAMIC_MODULES:
             self.add(node, "dynamic", f"import {full}")
         elif top in REFLECTIVE_MODULES and not any(full == h or full.startswith(h + ".") for h in HARMLESS_SUBMODULES):
             self.add(node, "reflection", f"import {full}")
-        elif name is not None and (
-            name in REFLECTIVE_ATTRS or name in REFLECTIVE_ON.get(top, ()) or name in ("sys", "modules")
-        ):
-            self.add(node, "reflection", f"from {module} import {name}")
+        elif any(_reflective(top, part) for part in full.split(".")[1:]):  # jax._src.x, jax.monitoring, os.sys
+            self.add(node, "reflection", f"import {full}")
         elif name is not None and name in DYNAMIC_ATTRS and top == "types":
             self.add(node, "dynamic", f"from {module} import {name}")
         elif name is not None and name.endswith("Tracer") and top == "jax":
@@ -627,12 +623,12 @@ class _Scan:
         parent = self.parents.get(node)
         if _names_grader(attr):
             self.add(node, "grader", _dotted(node))
-        elif module == "grader.selfcheck" and attr not in SELFCHECK_API:
+        elif _beyond_selfcheck(module, attr):
             self.add(node, "grader", _dotted(node))
         elif attr in REFLECTIVE_DUNDERS and not (_base_name(base) in SELF and attr == "__dict__"):
             self.add(node, "reflection", _dotted(node))
         elif attr in REFLECTIVE_ATTRS or attr in REFLECTIVE_ON.get(module.split(".")[0], ()):
-            self.add(node, "reflection", _dotted(node))
+            self.add(node, "reflection", _dotted(node))  # (`.modules` and `.sys` below: only where they are sys)
         elif attr == "modules" and not (
             (isinstance(parent, ast.Call) and parent.func is node)  # model.modules()
             or (isinstance(parent, ast.Compare) and node in parent.comparators)  # "google.colab" in sys.modules
@@ -652,7 +648,7 @@ class _Scan:
     def _call(self, node: ast.Call) -> None:
         names = self.names
         func = node.func
-        name = _called(node)
+        name = _called_name(node.func)
         own = name in names.defined and isinstance(func, ast.Name)
         if isinstance(func, ast.Name) and name in DYNAMIC_CALLS and not own:
             self.add(node, "dynamic", f"{name}(...)")
@@ -678,7 +674,7 @@ class _Scan:
                     self.add(node, "reflection", f"{name}(..., <a name computed at run time>)")
             elif attr is not None:
                 base = names.module_of(target) if target is not None else ""
-                if _names_grader(attr) or (base.startswith("grader.selfcheck") and attr not in SELFCHECK_API):
+                if _names_grader(attr) or _beyond_selfcheck(base, attr):
                     self.add(node, "grader", f"{name}(..., {attr!r})")
                 elif attr in REFLECTIVE_ATTRS or attr in REFLECTIVE_DUNDERS or attr in ("modules", "sys"):
                     self.add(node, "reflection", f"{name}(..., {attr!r})")
@@ -728,7 +724,7 @@ class _Scan:
             elif isinstance(node, (ast.Subscript, ast.NamedExpr)):
                 node = node.value
             elif isinstance(node, ast.Call):
-                return _called(node) == "type"
+                return _called_name(node.func) == "type"
             else:
                 return False
 
@@ -736,9 +732,14 @@ class _Scan:
 # --------------------------------------------------------------------------- helpers
 
 
-def _called(node: ast.Call) -> str:
-    func = node.func
-    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+def _reflective(top: str, part: str) -> bool:
+    """Whether ``part`` of a path from the module ``top`` reaches the interpreter's internals."""
+    return part in REFLECTIVE_ATTRS or part in REFLECTIVE_ON.get(top, ()) or part in ("sys", "modules")
+
+
+def _beyond_selfcheck(module: str, attr: str) -> bool:
+    """``jc.live`` of ``from grader import selfcheck as jc``: the grader past the self-check's API."""
+    return module == "grader.selfcheck" and attr not in SELFCHECK_API
 
 
 def _literal(node: ast.AST | None) -> str | None:
@@ -766,7 +767,7 @@ def _namespace(node: ast.AST) -> bool:
 
 def _on_ipython(node: ast.AST, names: _Names) -> bool:
     """``get_ipython()``, or a name bound to it (``ip = get_ipython()``)."""
-    return (isinstance(node, ast.Call) and _called(node) == "get_ipython") or (
+    return (isinstance(node, ast.Call) and _called_name(node.func) == "get_ipython") or (
         isinstance(node, ast.Name) and node.id in names.ipython
     )
 
