@@ -338,7 +338,9 @@ def cmd_grade(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     # the folder holds students' notebooks, names and grades: made private (the TA may open it up)
     out_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
-        intake = collect([Path(s) for s in args.submissions], out_dir / "submissions")
+        intake = collect(
+            [Path(s) for s in args.submissions], out_dir / "submissions", own_names=[assignment.starter.stem]
+        )
     except IntakeError as exc:
         raise CliError(exc.message, exc.tip) from None
     for line in intake.lines():

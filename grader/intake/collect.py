@@ -10,8 +10,9 @@ import re
 import stat
 import zipfile
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -157,7 +158,13 @@ class _Budget:
     used: int = 0
 
 
-def collect(inputs: list[Path], staging: Path, *, limits: ArchiveLimits = ArchiveLimits()) -> IntakeReport:
+def collect(
+    inputs: list[Path],
+    staging: Path,
+    *,
+    limits: ArchiveLimits = ArchiveLimits(),
+    own_names: Iterable[str] = (),
+) -> IntakeReport:
     """The submissions in ``inputs`` (notebooks, folders, zips), archive entries extracted under ``staging``.
 
     ``jaxgrade grade`` accepts, in any mix:
@@ -182,7 +189,12 @@ def collect(inputs: list[Path], staging: Path, *, limits: ArchiveLimits = Archiv
       ``submission_metadata.yml`` is read only where Gradescope puts it (the export's top level, or
       the zip's single top-level folder), never from inside a submission folder: one there is a
       student's file, ignored and reported.
-    - anything else: student = the notebook's file stem.
+    - anything else: student = the notebook's file stem; but a notebook named like the
+      assignment's own notebook (``own_names``: the starter's stem, ``vmap_convolve.ipynb`` as the
+      course handed it out) names no student, so its student is the folder it is in (the
+      innermost folder not named like it: ``alice/vmap_convolve.ipynb`` and
+      ``submitted/alice/ps1/ps1.ipynb`` give ``alice``): a folder per student (nbgrader's
+      ``submitted/``, one clone per student) does not collapse into one student.
 
     The kind is decided per notebook, so a folder that is an extracted Moodle or Gradescope
     download is handled as such, and a folder holding a Canvas download is recognised by the
@@ -246,9 +258,28 @@ def collect(inputs: list[Path], staging: Path, *, limits: ArchiveLimits = Archiv
                     f"{p}: no such file or directory. Pass notebooks (.ipynb), folders of notebooks, "
                     "or the zip your LMS gave you."
                 )
+        own = {n.casefold() for n in own_names}
+        cands = [_by_folder(c) if c.identity.get("lms") == "file" and c.student.casefold() in own else c for c in cands]
         budgets = {id(a): _Budget(limits.max_total_bytes) for a in archives.values()}
         submissions = _choose(cands, staging, limits, budgets, skipped)
     return IntakeReport(submissions, skipped)
+
+
+def _by_folder(c: _Cand) -> _Cand:
+    """A plain notebook named like the assignment's own notebook: its student is the innermost
+    folder on its path not named like it (on disk, the file's absolute path; in an archive, the
+    entry's folders, then the archive's name).  One with no such folder keeps its stem."""
+    stem = c.student
+    if c.disk is not None:
+        folders = [f for f in c.disk.absolute().parent.parts if f != "/"]
+    elif c.archive is not None and c.info is not None:
+        folders = [c.archive.path.stem, *PurePosixPath(_entry_name(c.info)).parent.parts]
+    else:
+        folders = []
+    named = [f for f in folders if f.casefold() != stem.casefold()]
+    if not named:
+        return c
+    return replace(c, student=named[-1], identity={**c.identity, "id": named[-1]})
 
 
 def _is_notebook_name(name: str) -> bool:

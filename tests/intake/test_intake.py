@@ -703,3 +703,35 @@ def test_metadata_planted_in_a_submission_of_an_export_without_a_top_folder(tmp_
     assert subs["1001"].submitted_at == datetime(2024, 1, 1, tzinfo=timezone.utc)
     assert marker(subs["submission_8"].path) == "x = 'grace'"
     assert ("gs.zip:submission_7/submission_metadata.yml", intake.PLANTED_META) in report.skipped
+
+
+def test_a_folder_per_student_with_the_assignments_notebook_name(tmp_path: Path) -> None:
+    """Students who kept the notebook's name (``vmap_convolve.ipynb``), one folder each: each
+    folder is a student, not one student with two older notebooks set aside (a TA's walkthrough).
+    Another name keeps its stem; without ``own_names`` the stem is the student, as before."""
+    d = tmp_path / "perstudent"
+    for who in ("alice", "bob", "carol"):
+        (d / who).mkdir(parents=True)
+        (d / who / "vmap_convolve.ipynb").write_bytes(nb(who))
+    (d / "bob" / "scratch.ipynb").write_bytes(nb("bob's scratch"))
+    # nbgrader's layout: submitted/<student>/<assignment>/<assignment>.ipynb
+    (tmp_path / "submitted" / "dave" / "vmap_convolve").mkdir(parents=True)
+    (tmp_path / "submitted" / "dave" / "vmap_convolve" / "VMAP_convolve.ipynb").write_bytes(nb("dave"))
+    report = collect([d, tmp_path / "submitted"], tmp_path / "s", own_names=["vmap_convolve"])
+    subs = by_student(report)
+    assert sorted(subs) == ["alice", "bob", "carol", "dave", "scratch"]
+    for who in ("alice", "bob", "carol", "dave"):
+        assert marker(subs[who].path) == f"x = {who!r}"
+        assert subs[who].identity["id"] == who and subs[who].ignored == ()
+    assert subs["carol"].identity["original"] == "vmap_convolve.ipynb"
+    assert report.skipped == []
+    # one notebook by itself, or its folder: the same student as in the class's run
+    (alice,) = collect([d / "alice" / "vmap_convolve.ipynb"], tmp_path / "s", own_names=["vmap_convolve"]).submissions
+    assert alice.student == "alice"
+    (alice,) = collect([d / "alice"], tmp_path / "s", own_names=["vmap_convolve"]).submissions
+    assert alice.student == "alice"
+    # a zip of the folders
+    z = make_zip(tmp_path / "class.zip", [(f"{w}/vmap_convolve.ipynb", nb(w)) for w in ("alice", "bob")])
+    assert sorted(by_student(collect([z], tmp_path / "s", own_names=["vmap_convolve"]))) == ["alice", "bob"]
+    # without the assignment's name (the old rule): one student, the others set aside
+    assert [s.student for s in collect([d], tmp_path / "s").submissions].count("vmap_convolve") == 1
