@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -49,8 +50,8 @@ from grader.host.sandbox import (
     remove_own_scratch,
     resource_warning,
 )
-from grader.intake.collect import IntakeError, IntakeReport, collect
-from grader.intake.notebook import NotebookError, load_notebook
+from grader.intake.collect import Incoming, IntakeError, IntakeReport, collect
+from grader.intake.notebook import MAX_NOTEBOOK_BYTES, NotebookError, load_notebook
 from grader.publish import canvas, exports
 from grader.publish.output import write_atomic
 
@@ -335,6 +336,7 @@ def cmd_grade(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     out_dir = Path(args.out)
     if out_dir.exists() and not out_dir.is_dir():
         raise CliError(f"{out_dir}: not a directory", "Pass a directory for --out (it is created if needed).")
+    _one_assignment_per_folder(out_dir, assignment.name)
     # the folder holds students' notebooks, names and grades: made private (the TA may open it up)
     out_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
@@ -347,6 +349,7 @@ def cmd_grade(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(line, file=err)
     if not intake.submissions:
         raise CliError("no submissions found", "Pass notebooks (.ipynb), folders that contain them, or an LMS zip.")
+    _named_as_asked(assignment, intake.submissions)
     stops: tuple[type[Exception], ...] = ()
     if args.scheduler:
         stops = _cluster_stops(args.isolation, err)
@@ -362,6 +365,63 @@ def cmd_grade(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(f"jaxgrade: error: {exc.message}", file=err)
         print(f"TIP: {exc.tip}", file=err)
         return EXIT_FAIL
+
+
+def _one_assignment_per_folder(out_dir: Path, name: str) -> None:
+    """Refuse an ``--out`` that holds another assignment's results: its ``results/``,
+    ``feedback/``, report and grades table are named by student only, so grading a second
+    assignment there would replace the first one's pages (a student sent the wrong page)."""
+    db = out_dir / "gradebook.db"
+    if not db.is_file():
+        return
+    try:
+        with Gradebook(db) as gb:
+            others = [a for a in gb.assignments() if a != name]
+    except GradebookError as exc:
+        raise CliError(str(exc), "Pass another --out directory.") from None
+    if others:
+        raise CliError(
+            f"{out_dir} holds the results of {', '.join(map(repr, others))}: its results, feedback pages, "
+            f"report and grades table are that assignment's",
+            f"Grade {name!r} into a folder of its own, e.g. --out {out_dir.parent / (out_dir.name + '-' + name)}.",
+        )
+
+
+#: Submissions whose metadata :func:`_named_as_asked` reads: enough to tell a wrong --assignment.
+NAMED_SAMPLE = 20
+
+
+def _named_as_asked(assignment: Assignment, submissions: list[Incoming]) -> None:
+    """Stop before grading when the notebooks say they are another assignment of the course
+    (their ``jaxgrade.assignment`` metadata, set in the starter): most of the first
+    :data:`NAMED_SAMPLE` that name one name the same other one.  Graded as the asked one, each
+    would get 0 with a note in the grades table only.  Not when the asked assignment's own starter
+    names another (the metadata then says nothing)."""
+    try:
+        if load_notebook(assignment.starter).assignment not in (None, assignment.name):
+            return
+    except NotebookError:
+        pass
+    names: Counter[str] = Counter()
+    for sub in submissions[:NAMED_SAMPLE]:
+        try:
+            if sub.path.stat().st_size > MAX_NOTEBOOK_BYTES:
+                continue
+            meta = json.loads(sub.path.read_bytes()).get("metadata", {}).get("jaxgrade", {})
+        except (OSError, ValueError, AttributeError):
+            continue
+        named = meta.get("assignment") if isinstance(meta, dict) else None
+        if isinstance(named, str):
+            names[named] += 1
+    if not names:
+        return
+    (other, count), total = names.most_common(1)[0], sum(names.values())
+    if other != assignment.name and other in assignment.course.assignments and 2 * count > total:
+        raise CliError(
+            f"{count} of the {total} notebook(s) checked say they are assignment {other!r} (their metadata), "
+            f"not {assignment.name!r}: graded as {assignment.name!r}, each would get 0",
+            f"Grade them with --assignment {other}.",
+        )
 
 
 def _cluster_stops(isolation: str, err: TextIO) -> tuple[type[Exception], ...]:

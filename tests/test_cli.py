@@ -470,3 +470,49 @@ def test_the_command_hands_a_check_to_a_server_before_it_loads_the_cli(monkeypat
     monkeypatch.setattr(check_server, "client_main", lambda argv: 1 if argv[0] == "check" else None)
     assert entry.main(["check", "hw.ipynb"]) == 1 and ran == []
     assert entry.main(["list"]) == 7 and ran == [["list"]]
+
+
+def test_grade_refuses_an_out_folder_that_holds_another_assignment(tmp_path: Path) -> None:
+    """Its results/, feedback/, report and grades table are named by student only: grading a
+    second assignment there would replace the first one's pages (a TA's walkthrough)."""
+    from grader.batch.gradebook import Gradebook
+    from grader.grading.record import Record
+
+    out = tmp_path / "o"
+    out.mkdir()
+    with Gradebook(out / "gradebook.db") as gb:
+        gb.put(Record(assignment="pytrees", student="alice", submission_sha256="x", status="graded", score=28.0))
+    code, _, err = run(
+        "grade", "--assignment", "vmap_convolve", "--out", str(out), str(ROOT / "examples/class/alice.ipynb")
+    )
+    assert code == 2
+    assert f"jaxgrade: error: {out} holds the results of 'pytrees'" in err
+    assert f"--out {tmp_path / 'o-vmap_convolve'}" in err
+    assert not (out / "results").exists() and not (out / "submissions").exists()  # nothing was started
+
+
+def test_grade_refuses_notebooks_that_say_they_are_another_assignment(tmp_path: Path) -> None:
+    """A wrong --assignment: graded as it, every student would get 0, with a note in the grades
+    table only.  The notebooks' metadata says which assignment they are."""
+    code, _, err = run(
+        "grade", "--assignment", "pytrees", "--out", str(tmp_path / "o"), str(ROOT / "examples" / "class")
+    )
+    assert code == 2
+    assert "jaxgrade: error: 5 of the 5 notebook(s) checked say they are assignment 'vmap_convolve'" in err
+    assert "TIP: Grade them with --assignment vmap_convolve." in err
+    assert not (tmp_path / "o" / "results").exists()
+    # a minority that names another assignment is graded (its record says so), and so is a class
+    # whose notebooks name none
+    from grader.cli import _named_as_asked
+    from grader.course.config import load_course
+    from grader.intake.collect import Incoming
+
+    pytrees = load_course(ROOT).assignment("pytrees")
+    alice = Incoming(ROOT / "examples/class/alice.ipynb", "alice", {})
+    starter = Incoming(pytrees.starter, "s", {})
+    _named_as_asked(pytrees, [alice, starter, starter])
+    bare = tmp_path / "bare.ipynb"
+    doc = json.loads(alice.path.read_text())
+    doc["metadata"].pop("jaxgrade")
+    bare.write_text(json.dumps(doc))
+    _named_as_asked(pytrees, [Incoming(bare, "b", {})] * 3)
