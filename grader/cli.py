@@ -482,7 +482,7 @@ def _grade_batch(batch: Batch, intake: IntakeReport, args: argparse.Namespace, o
             batch.run(todo, jobs=jobs, on_record=advance)
         records = batch.finish(intake.submissions)
         lost, bugs, runs = list(batch.lost), list(batch.bugs), dict(batch.lost_runs)
-    _summary(records, progress.elapsed, len(todo), out_dir, err)
+    _summary(records, progress.elapsed, f"{len(todo)} submission(s) ({progress.counts()})", out_dir, err)
     if bugs:
         print(
             f"jaxgrade: error: {len(bugs)} submission(s) not graded: grading them raised, a bug in jaxgrade "
@@ -545,10 +545,10 @@ class _Progress:
                 console=self.console,
             )
             self.bar.start()
-            self.task = self.bar.add_task("grading", total=self.total, counts=self._counts())
+            self.task = self.bar.add_task("grading", total=self.total, counts=self.counts())
         return self
 
-    def _counts(self) -> str:
+    def counts(self) -> str:
         graded = self.done - self.errors - self.timeouts - self.lost - self.bugs
         text = f"graded {graded}, errors {self.errors}, timeouts {self.timeouts}"
         return text + (f", lost {self.lost}" if self.lost else "") + (f", grader bugs {self.bugs}" if self.bugs else "")
@@ -565,12 +565,12 @@ class _Progress:
         if rec.review:
             line += f" [to read: {len(rec.review)} finding(s), first in cell {rec.review[0].get('cell')}]"
         if self.bar is not None:
-            self.bar.update(self.task, advance=1, counts=self._counts())
+            self.bar.update(self.task, advance=1, counts=self.counts())
             self.bar.console.print(line, markup=False)
             return
         spent = time.monotonic() - self.t0
         eta = spent / self.done * (self.total - self.done)
-        print(f"[{self.done}/{self.total}] {line}; {self._counts()}; ETA {_duration(eta)}", file=self.err, flush=True)
+        print(f"[{self.done}/{self.total}] {line}; {self.counts()}; ETA {_duration(eta)}", file=self.err, flush=True)
 
     def __exit__(self, *exc: object) -> None:
         self.elapsed = time.monotonic() - self.t0
@@ -583,7 +583,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
-def _summary(records: list[Record], elapsed: float, graded_now: int, out_dir: Path, err: TextIO) -> None:
+def _summary(records: list[Record], elapsed: float, graded_now: str, out_dir: Path, err: TextIO) -> None:
     console = Console(file=err, highlight=False)
     table = Table(title=f"{len(records)} student(s) in {out_dir / 'gradebook.db'}")
     for col in ("status", "students", "mean score", "min", "max"):
@@ -601,7 +601,7 @@ def _summary(records: list[Record], elapsed: float, graded_now: int, out_dir: Pa
     console.print(table)
     _review_summary(records, out_dir, err)
     print(
-        f"done: {graded_now} graded in {_duration(elapsed)}; results in {out_dir / 'results'}, "
+        f"done: {graded_now} in {_duration(elapsed)}; results in {out_dir / 'results'}, "
         f"feedback in {out_dir / 'feedback'}, report {out_dir / 'report.html'}, grades {out_dir / 'grades.csv'}",
         file=err,
     )

@@ -297,7 +297,10 @@ def _grade_notebook(
     try:
         nb = load_notebook(path)
     except NotebookError as exc:
-        rec.status, rec.message = "error", str(exc)
+        # the student's page shows it: their file's name, not where the grader keeps it
+        rec.status, rec.message = "error", str(exc).replace(str(path), path.name)
+        with contextlib.suppress(Exception):  # what the notebook was out of, as for every record
+            rec.max_score = sum(collect_points(assignment, hidden=not public_only).values())
         try:
             rec.submission_sha256 = sha256_file(path)
         except OSError:
