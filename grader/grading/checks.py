@@ -86,6 +86,13 @@ def _got(value: Any) -> str:
     return f"got {value!r}, " if STUDENT_TEXT_SHOWN.get() else ""
 
 
+def _expected(value: Any) -> str:
+    """``: <got >expected <value>`` where values may be quoted; else nothing.  On hidden inputs
+    the reference's value can carry the inputs as well as the student's can (a ReLU returns
+    them): a hidden test names the index, not the values."""
+    return f": {_got(value[0])}expected {value[1]!r}" if STUDENT_TEXT_SHOWN.get() else ""
+
+
 def _describe(x: Any) -> str:
     if isinstance(x, np.ndarray):
         return f"an array of shape {x.shape} and dtype {x.dtype}"
@@ -140,7 +147,8 @@ def _close(actual: Any, expected: Any, path: str, rtol: float | None, atol: floa
         return
     if isinstance(expected, PRNGKeyData):
         if not isinstance(actual, PRNGKeyData) or not np.array_equal(actual.data, expected.data):
-            raise CheckFailure(f"{path}: expected the PRNG key {expected.data.tolist()}, got {_describe(actual)}")
+            want = f"the PRNG key {expected.data.tolist()}" if STUDENT_TEXT_SHOWN.get() else "another PRNG key"
+            raise CheckFailure(f"{path}: expected {want}, got {_describe(actual)}")
         return
     # numbers and arrays
     if isinstance(actual, (dict, list, tuple, str)) or actual is None or isinstance(actual, PRNGKeyData):
@@ -163,8 +171,8 @@ def _close(actual: Any, expected: Any, path: str, rtol: float | None, atol: floa
         if np.any(bad):
             idx = tuple(int(i) for i in np.argwhere(bad)[0])
             raise CheckFailure(
-                f"{path}: {int(bad.sum())} of {bad.size} entries differ; first at index {idx}: "
-                f"{_got(act[idx])}expected {exp[idx]!r}"
+                f"{path}: {int(bad.sum())} of {bad.size} entries differ; first at index {idx}"
+                + _expected((act[idx], exp[idx]))
             )
         return
     tol = TOLERANCE.get()
@@ -188,11 +196,11 @@ def _close(actual: Any, expected: Any, path: str, rtol: float | None, atol: floa
         raise CheckFailure(
             f"{path}: {int(bad.sum())} of {bad.size} values differ (rtol={r:g}, atol={a:.3g}); "
             + (
-                f"largest error {float(np.real(err_for_max[idx])):.4g} at index {idx}: "
+                f"largest error {float(np.real(err_for_max[idx])):.4g} at index {idx}"
                 if STUDENT_TEXT_SHOWN.get()
-                else f"at index {idx}: "
+                else f"at index {idx}"
             )
-            + f"{_got(act[idx])}expected {exp[idx]!r}"
+            + _expected((act[idx], exp[idx]))
         )
 
 
