@@ -32,10 +32,12 @@ from grader import __version__
 from grader.batch.gradebook import Gradebook, GradebookError
 from grader.course import scaffold
 from grader.course.config import (
+    COURSE_FILE,
     Assignment,
     CanvasConfig,
     ConfigError,
     NoCourseError,
+    UnknownAssignmentError,
     UnmetRequirementError,
     check_requirements,
     find_course_root,
@@ -80,6 +82,9 @@ def _fail(exc: CliError | ConfigError, err: TextIO) -> int:
         jax = any(Requirement(r).name in ("jax", "jaxlib") for r in exc.unmet)
         python = "; JAX 0.7 and later need Python 3.11 or newer" if jax and sys.version_info < (3, 11) else ""
         print(f"TIP: install it where jaxgrade runs (`pip install {wanted}`{python}).", file=err)
+    elif isinstance(exc, UnknownAssignmentError):
+        print(f"jaxgrade: error: {exc}", file=err)
+        print("TIP: check the assignment's name (`jaxgrade list` shows the course's assignments).", file=err)
     else:
         print(f"jaxgrade: error: {exc}", file=err)
         print("TIP: fix the named setting and run the command again.", file=err)
@@ -96,7 +101,14 @@ NO_COURSE_TIP = (
 def _course(args: argparse.Namespace, start: Path | None = None) -> Path:
     """The course directory: --course, else found from ``start`` (default: the working directory)."""
     if args.course:
-        return Path(args.course).resolve()
+        root = Path(args.course).resolve()
+        if not (root / COURSE_FILE).is_file():
+            raise CliError(
+                f"--course {args.course}: no {COURSE_FILE} there",
+                "Pass the course repository (it holds grading.yaml and assignments/), or an assignment folder "
+                "made by `jaxgrade release`.",
+            )
+        return root
     try:
         return find_course_root(start)
     except NoCourseError as exc:
@@ -969,6 +981,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     li = sub.add_parser("list", help="list the course's assignments with points per category")
     li.set_defaults(func=cmd_list)
+    for sp in sub.choices.values():  # `jaxgrade grade --course DIR ...` as well as `jaxgrade --course DIR grade ...`
+        sp.add_argument("--course", default=argparse.SUPPRESS, help="the course directory (with grading.yaml)")
     return p
 
 

@@ -519,3 +519,18 @@ def test_grade_refuses_notebooks_that_say_they_are_another_assignment(tmp_path: 
     doc["metadata"].pop("jaxgrade")
     bare.write_text(json.dumps(doc))
     _named_as_asked(pytrees, [Incoming(bare, "b", {})] * 3)
+
+
+def test_course_is_taken_after_the_command_too_and_a_folder_without_a_course_is_named(tmp_path: Path) -> None:
+    """`jaxgrade grade --course DIR ...` as the README writes options after the command; a typo'd
+    name or folder gets a tip that fits it, not "fix the named setting" (a TA's walkthrough)."""
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["list", "--course", str(ROOT)], out=out, err=err) == 0, err.getvalue()
+    assert "vmap_convolve" in out.getvalue()
+    err = io.StringIO()
+    assert main(["list", "--course", str(tmp_path)], out=io.StringIO(), err=err) == 2
+    assert err.getvalue().startswith(
+        f"jaxgrade: error: --course {tmp_path}: no grading.yaml there\nTIP: Pass the course"
+    )
+    code, _, err_text = run("grade", "--assignment", "vmap_convolv", "--out", str(tmp_path / "o"), str(tmp_path))
+    assert code == 2 and "TIP: check the assignment's name (`jaxgrade list`" in err_text

@@ -94,6 +94,10 @@ class NoCourseError(ConfigError):
     """No ``grading.yaml`` where jaxgrade looked (a student outside their assignment folder)."""
 
 
+class UnknownAssignmentError(ConfigError):
+    """The course lists no assignment of that name (a typo on the command line, most often)."""
+
+
 def _not_bool(value: Any) -> Any:
     if isinstance(value, bool):  # YAML's yes/no/true would otherwise count as 1/0
         raise PydanticCustomError("jaxgrade_bool", "expected a number, got {value}", {"value": repr(value)})
@@ -341,7 +345,7 @@ class Course(_Model):
             listed = ", ".join(known) or "none"
             where = self.root / "assignments" / name / ASSIGNMENT_FILE
             tip = f" To grade it, list {name!r} under 'assignments:' in {COURSE_FILE}." if where.is_file() else ""
-            raise ConfigError(
+            raise UnknownAssignmentError(
                 f"{COURSE_FILE}: assignments.{name}: no such assignment{hint} Known assignments: {listed}.{tip}"
             )
         entry = self.assignments[name]
