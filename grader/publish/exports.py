@@ -354,7 +354,7 @@ def _overall_output(record: Record) -> str:
     else:
         lines = [f"{record.assignment}: {format_score(record.score)}/{format_score(record.max_score)} points."]
     late = record.late or {}
-    if late.get("days"):
+    if late.get("days") and late.get("percent"):  # late without a policy that deducts: nothing to say
         if held:
             lines.append(f"Late deduction: {days_text(late)}: -{format_score(late.get('percent'))}%.")
         else:

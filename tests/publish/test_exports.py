@@ -363,3 +363,10 @@ def test_write_gradescope(tmp_path, records):
 def test_write_gradescope_refuses_colliding_folders(tmp_path):
     with pytest.raises(ExportError, match="share the folder"):
         write_gradescope([_record("a b", _tests(1, 0)), _record("a_b", _tests(1, 0))], tmp_path)
+
+
+def test_gradescope_says_nothing_of_a_lateness_that_deducts_nothing():
+    """Late, but no policy deducts (a TA's walkthrough saw "Late deduction: 2 days late: -0%")."""
+    rec = _record("9", _tests(4, 0))
+    rec.late = {"days": 2, "percent": 0.0, "raw_score": 8.0, "flag": False, "submitted_at": "s", "due": "d"}
+    assert "Late" not in gradescope_results(rec)["output"]
