@@ -780,11 +780,23 @@ def cmd_post_canvas(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
+def _warn_unfinished(assignment: Assignment, err: TextIO) -> None:
+    """What `jaxgrade validate` would list as left to write (an assignment `jaxgrade new` made and
+    nobody finished): shipped as it is, students would get its TODOs and stubs."""
+    left = scaffold.todos(assignment)
+    if left:
+        print(
+            f"warning: {assignment.name} is not finished ({len(left)} thing(s) left to write; first: {left[0]}); "
+            f"`jaxgrade validate {assignment.name}` lists them",
+            file=err,
+        )
+
+
 def cmd_gradescope(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from grader.gradescope.bundle import build_bundle
 
     course = load_course(_course(args))
-    course.assignment(args.name)  # the same checks as grading: reference and hidden tests exist
+    _warn_unfinished(course.assignment(args.name), err)  # the same checks as grading: reference and hidden tests exist
     target = build_bundle(course, args.name, Path(args.out))
     print(f"wrote the Gradescope autograder for {args.name} to {target}", file=err)
     return EXIT_OK
@@ -794,6 +806,8 @@ def cmd_release(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from grader.course.release import ReleaseError, build_release
 
     course = load_course(_course(args))
+    with contextlib.suppress(ConfigError):  # build_release says what is missing, in its own words
+        _warn_unfinished(course.assignment(args.name), err)
     try:
         folder = build_release(course, args.name, Path(args.out), make_zip=args.zip)
     except ReleaseError as exc:

@@ -222,3 +222,18 @@ def test_new_refuses_a_one_line_assignments_mapping_before_writing_anything(tmp_
         "TIP: Write assignments: as one entry per line (see the README), or add `fresh: {}` to it yourself.",
     ]
     assert not (root / "assignments" / "fresh").exists() and not (root / "reference").exists()
+
+
+def test_release_and_gradescope_of_an_unfinished_assignment_warn(course: Path, tmp_path: Path) -> None:
+    """Shipped as `new` left it, students would get its TODOs and stubs (a TA's walkthrough): both
+    commands say so and point at validate; a finished assignment gets no warning."""
+    assert run(course, "new", "softmax", "--functions", "f")[0] == 0
+    for argv in (
+        ["release", "softmax", "--out", str(tmp_path / "rel")],
+        ["gradescope", "softmax", "--out", str(tmp_path / "gs.zip")],
+    ):
+        code, _, err = run(course, *argv)
+        assert code == 0, err
+        assert err.startswith("warning: softmax is not finished (") and "`jaxgrade validate softmax` lists them" in err
+    code, _, err = run(course, "release", "double", "--out", str(tmp_path / "rel2"))
+    assert code == 0 and "warning" not in err
