@@ -293,6 +293,9 @@ _LOOP_OVER_BATCH = (
     "InconclusiveDimensionOperation",
     "symbolic dimension",
     "cannot be interpreted as an integer",
+    # JAX 0.11 and later (Python 3.12+), iterating over an array of symbolic length
+    # (`for x, y in zip(xs, ys)`): "AttributeError: 'NoneType' object has no attribute 'process_primitive'"
+    "object has no attribute 'process_primitive'",
 )
 
 

@@ -219,6 +219,16 @@ def test_check_vectorized() -> None:
     assert e.value.message.startswith("`f` is not vectorized over the batch")
     assert "line 4: `for b in range(xs.shape[0]):`" in e.value.message
     assert "jax.vmap" in e.value.hint
+    # JAX 0.11 and later (Python 3.12+) raise this one for `for x, y in zip(xs, ys)` over the batch
+    err = StudentRaised(
+        "f",
+        "AttributeError",
+        "'NoneType' object has no attribute 'process_primitive'",
+        Location(1, 3, "for x, y in zip(xs, ys):"),
+    )
+    with pytest.raises(CheckFailure) as e:
+        check_vectorized(FakeSubmission({"f": _conv}, export_error=err), "f", [("B, 5", "float32")], cases)
+    assert e.value.message.startswith("`f` is not vectorized over the batch") and "jax.vmap" in e.value.hint
 
 
 @pytest.mark.parametrize(
