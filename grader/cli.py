@@ -110,15 +110,24 @@ def _course(args: argparse.Namespace, start: Path | None = None) -> Path:
             )
         return root
     try:
-        return find_course_root(start)
+        root = find_course_root(start)
     except NoCourseError as exc:
         raise CliError(str(exc), NO_COURSE_TIP) from None
+    here = (Path.cwd() if start is None else Path(start)).resolve()
+    if root not in (here, *here.parents):  # an editable install's own course repository
+        print(
+            f"note: no {COURSE_FILE} in {here} or its parents: using the course jaxgrade is installed from, {root} "
+            "(--course DIR names another)",
+            file=sys.stderr,
+        )
+    return root
 
 
 def _assignment(args: argparse.Namespace, name: str, *, staff: bool = True, start: Path | None = None) -> Assignment:
     """The assignment to grade (or check, or validate): refused at once where the installed
-    packages cannot grade it (its ``requires``)."""
-    assignment = load_course(_course(args, start)).assignment(name, staff=staff)
+    packages cannot grade it (its ``requires``).  A check (``staff=False``) needs no starter
+    notebook: a student who renamed theirs (``autodiff_JaneDoe.ipynb``) has none in the folder."""
+    assignment = load_course(_course(args, start)).assignment(name, staff=staff, starter=staff)
     check_requirements(assignment)
     return assignment
 
@@ -225,7 +234,17 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 "Pass it explicitly: `jaxgrade check NOTEBOOK --assignment NAME` (see `jaxgrade list`).",
             )
     # the notebook's own folder first: a student bundle, wherever the command runs from
-    assignment = _assignment(args, name, staff=False, start=path.resolve().parent)
+    try:
+        assignment = _assignment(args, name, staff=False, start=path.resolve().parent)
+    except UnknownAssignmentError:
+        if args.assignment is not None:
+            raise
+        course = load_course(_course(args, path.resolve().parent))
+        raise CliError(
+            f"{path.name} says it is assignment {name!r} (its metadata), and the course here "
+            f"({course.root}) has no such assignment: it has {', '.join(sorted(course.assignments))}",
+            f"Check it in the folder your course gave you for {name!r}, or pass --assignment NAME.",
+        ) from None
     _warn_isolation(args.isolation, err)
     if args.watch:
         return _watch(args, assignment, path, out, err)
@@ -688,18 +707,33 @@ def _graded(args: argparse.Namespace) -> tuple[exports.ExportMeta, list[Record]]
 
 
 def cmd_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from grader.publish.output import OutputPathError, check_file_target, check_folder_target
+
     src = Path(args.source)
     meta, records = _graded(args)
     name = meta.name
+    folder = args.format == "gradescope"  # a folder of results.json files; the others are one CSV file
+    default = src / (f"gradescope-{name}" if folder else EXPORT_FILES[args.format].format(name=name))
+    if folder and args.out == "-":  # there is no one file to print
+        raise CliError(
+            "--out -: a gradescope export is a folder (a results.json for each student), not one file for stdout",
+            f"Pass the folder to write it into, e.g. --out gradescope-{name}, or drop --out to write {default}.",
+        )
+    target = Path(args.out) if args.out and args.out != "-" else default
     try:
-        if args.format == "gradescope":
-            target = Path(args.out) if args.out else src / f"gradescope-{name}"
+        if folder:
+            check_folder_target(target)  # before anything is written
             paths = exports.write_gradescope(records, target)
             print(f"wrote {len(paths)} results.json file(s) under {target}", file=err)
             return EXIT_OK
         text = {"canvas": exports.canvas_csv, "moodle": exports.moodle_csv, "csv": exports.plain_csv}[args.format](
             records, meta
         )
+        if args.out == "-":
+            out.write(text)
+            return EXIT_OK
+        check_file_target(target)  # a folder: the whole file would be written beside it, then not renamed
+        write_atomic(target, text)
     except exports.ExportError as exc:
         tip = (
             f"Set {exc.setting} under assignments.{name} in grading.yaml and export again from the course directory."
@@ -707,11 +741,15 @@ def cmd_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             else ""
         )
         raise CliError(str(exc), tip) from None
-    if args.out == "-":
-        out.write(text)
-        return EXIT_OK
-    target = Path(args.out) if args.out else src / EXPORT_FILES[args.format].format(name=name)
-    write_atomic(target, text)
+    except OutputPathError as exc:
+        if folder:
+            tip = "--out names the folder to write the results.json files into: choose another."
+        else:
+            where = f"e.g. --out {target / default.name}" if target.is_dir() else "choose another"
+            tip = f"--out names the file to write: {where}, or - for stdout."
+        raise CliError(str(exc), tip) from None
+    except OSError as exc:  # writing --out (not permitted, disk full...); the names in exc are of temporary files
+        raise CliError(f"{target}: cannot write there: {exc.strerror or exc}", "Choose another --out.") from None
     print(f"wrote {args.format} grades of {len(records)} student(s) for {name} to {target}", file=err)
     return EXIT_OK
 
@@ -794,10 +832,15 @@ def _warn_unfinished(assignment: Assignment, err: TextIO) -> None:
 
 def cmd_gradescope(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from grader.gradescope.bundle import build_bundle
+    from grader.publish.output import OutputPathError
 
     course = load_course(_course(args))
     _warn_unfinished(course.assignment(args.name), err)  # the same checks as grading: reference and hidden tests exist
-    target = build_bundle(course, args.name, Path(args.out))
+    try:
+        target = build_bundle(course, args.name, Path(args.out))
+    except OutputPathError as exc:
+        where = f"e.g. --out {Path(args.out) / 'autograder.zip'}" if Path(args.out).is_dir() else "choose another"
+        raise CliError(str(exc), f"--out names the zip to write: {where}.") from None
     print(f"wrote the Gradescope autograder for {args.name} to {target}", file=err)
     return EXIT_OK
 
@@ -1012,7 +1055,8 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
     except SandboxSetupError as exc:
         return _fail(CliError(str(exc), "See the README's section on installing jaxgrade for grading."), err)
     except KeyboardInterrupt:
-        print("jaxgrade: interrupted; results written so far are kept", file=err)
+        kept = "; results written so far are kept" if getattr(args, "command", "") == "grade" else ""
+        print(f"jaxgrade: interrupted{kept}", file=err)
         return 130
 
 

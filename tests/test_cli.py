@@ -534,3 +534,28 @@ def test_course_is_taken_after_the_command_too_and_a_folder_without_a_course_is_
     )
     code, _, err_text = run("grade", "--assignment", "vmap_convolv", "--out", str(tmp_path / "o"), str(tmp_path))
     assert code == 2 and "TIP: check the assignment's name (`jaxgrade list`" in err_text
+
+
+def test_check_of_a_renamed_notebook_in_its_release_folder(tmp_path: Path) -> None:
+    """Students are often asked to put their name in the file: with the handed-out notebook gone,
+    check said the starter was missing (a student's walkthrough).  It needs no starter."""
+    assert run("release", "vmap_convolve", "--out", str(tmp_path))[0] == 0
+    folder = tmp_path / "vmap_convolve"
+    mine = folder / "vmap_convolve_JaneDoe.ipynb"
+    shutil.copy(ROOT / "examples/class/alice.ipynb", mine)
+    (folder / "vmap_convolve.ipynb").unlink()
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["check", "--no-server", str(mine)], out=out, err=err) == 0, err.getvalue()
+    assert "7/7 public tests passed" in out.getvalue()
+
+
+def test_check_of_another_assignments_notebook_names_it(tmp_path: Path) -> None:
+    """A pytrees notebook checked in the autodiff folder was blamed on grading.yaml ("no such
+    assignment") (a student's walkthrough): it names the notebook's assignment and the folder's."""
+    assert run("release", "autodiff", "--out", str(tmp_path))[0] == 0
+    nb = tmp_path / "autodiff" / "pytrees.ipynb"
+    shutil.copy(ROOT / "assignments/pytrees/pytrees.ipynb", nb)
+    err = io.StringIO()
+    assert main(["check", "--no-server", str(nb)], out=io.StringIO(), err=err) == 2
+    assert err.getvalue().startswith("jaxgrade: error: pytrees.ipynb says it is assignment 'pytrees' (its metadata)")
+    assert "it has autodiff\nTIP: Check it in the folder your course gave you for 'pytrees'" in err.getvalue()

@@ -29,7 +29,7 @@ import yaml
 
 from grader import __version__
 from grader.course.config import ASSIGNMENT_FILE, COURSE_FILE, Assignment, Course
-from grader.publish.output import atomic_target
+from grader.publish.output import OutputPathError, atomic_target, check_file_target, check_folder_target
 from grader.selfcheck import decode_payload, encode_payload
 
 MARKER = ".jaxgrade-release"  # in every bundle: a folder with it may be replaced by a new release
@@ -139,7 +139,7 @@ def build_release(course: Course, name: str, out: Path, *, make_zip: bool = Fals
     already there is replaced only if it is an earlier release (it holds :data:`MARKER`)."""
     assignment = course.assignment(name, staff=False)
     target = Path(out) / name
-    _check_target(target)
+    _check_target(target, Path(out) / f"{name}.zip" if make_zip else None)
     install = course.release.install
     files = {rel: text.encode() for rel, text in public_files(assignment).items()}
     nb = released_notebook(assignment, install)
@@ -170,7 +170,15 @@ def build_release(course: Course, name: str, out: Path, *, make_zip: bool = Fals
     return target
 
 
-def _check_target(target: Path) -> None:
+def _check_target(target: Path, zip_path: Path | None = None) -> None:
+    """Refuse, before anything is written, an ``--out`` that is (or lies inside) a file, a zip
+    path that is a folder, and a ``target`` that is neither new nor an earlier release."""
+    try:
+        check_folder_target(target.parent)
+        if zip_path is not None:
+            check_file_target(zip_path)
+    except OutputPathError as exc:
+        raise ReleaseError(str(exc), "Choose another --out, or remove it.") from None
     if target.is_symlink() or (target.exists() and not target.is_dir()):
         raise ReleaseError(f"{target}: exists and is not a folder", "Choose another --out, or remove it.")
     if target.is_dir() and any(target.iterdir()) and not (target / MARKER).is_file():

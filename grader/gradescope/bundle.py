@@ -25,7 +25,7 @@ import yaml
 
 from grader import __version__
 from grader.course.config import COURSE_FILE
-from grader.publish.output import atomic_target
+from grader.publish.output import atomic_target, check_file_target
 
 if TYPE_CHECKING:
     from grader.course.config import Course
@@ -74,9 +74,12 @@ def build_bundle(course: Course, name: str, out_zip: Path) -> Path:
     """Write the Gradescope autograder zip for assignment ``name`` to ``out_zip``; return its path.
 
     Raises :class:`grader.course.config.ConfigError` when the assignment is unknown or incomplete
-    (the reference solution and hidden tests must exist)."""
+    (the reference solution and hidden tests must exist), and
+    :class:`grader.publish.output.OutputPathError`, before anything is written, when ``out_zip``
+    cannot be a file (a folder, or inside a file)."""
     assignment = course.assignment(name, staff=True)
     out_zip = Path(out_zip)
+    check_file_target(out_zip)
     members: list[tuple[str, bytes, bool]] = [
         ("setup.sh", SETUP_SH.encode(), True),
         ("run_autograder", RUN_AUTOGRADER.encode(), True),

@@ -591,7 +591,7 @@ def serve(
         _SERVING = state
         try:
             if not state.stopping:
-                first = load_course(course).assignment(assignment, staff=False)
+                first = load_course(course).assignment(assignment, staff=False, starter=False)
                 state.next = (first, notebook, isolation)
                 _start_ahead(state)
         except Exception as exc:

@@ -420,7 +420,7 @@ def _grade_in_worker(
     root: str, name: str, path: str, student: str | None, isolation: str, public_only: bool, cache: str | None
 ) -> dict[str, Any]:
     logging.basicConfig(level=logging.WARNING)
-    assignment = load_course(Path(root)).assignment(name, staff=not public_only)
+    assignment = load_course(Path(root)).assignment(name, staff=not public_only, starter=not public_only)
     rec = grade_notebook(
         assignment,
         Path(path),

@@ -10,6 +10,7 @@ nothing printed by anyone is ever read.
 from __future__ import annotations
 
 import difflib
+import re
 import time
 import zlib
 from collections import Counter
@@ -60,7 +61,10 @@ def read_meta(item: pytest.Item, share: int, default_visibility: str) -> TestMet
         )
     visibility = "visible" if item.get_closest_marker("visible") else default_visibility
     doc = getattr(getattr(item, "function", None), "__doc__", None) or ""
-    title = doc.strip().splitlines()[0] if doc.strip() else ""
+    # the docstring's first sentence, which may wrap onto the next lines
+    para = " ".join(line.strip() for line in doc.strip().split("\n\n")[0].splitlines())
+    first = re.match(r"(.+?[.!?])(?:\s|$)", para)
+    title = first.group(1) if first else para
     return TestMeta(float(pm.args[0]) / share, str(cm.args[0]), visibility, title)
 
 

@@ -252,6 +252,18 @@ def _python_roots() -> list[str]:
     return out
 
 
+def sandbox_python(isolation: Isolation) -> str:
+    """The interpreter a sandbox runs, by the path it has there.  Under bwrap only the resolved
+    Python roots are mounted (:func:`_python_roots`): a Python reached through a symlinked
+    directory (a venv linked from elsewhere) is absent by the path it was started as.  Only the
+    directory is resolved, not the executable: a venv's ``bin/python`` is itself a link to the
+    base interpreter, and Python finds the venv (``pyvenv.cfg``) from the path it is started
+    as.  Without bwrap the host's own path works as it is."""
+    if isolation != "bwrap":
+        return sys.executable
+    return os.path.join(os.path.realpath(os.path.dirname(sys.executable)), os.path.basename(sys.executable))
+
+
 def grader_package_dir() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # grader/, above host/
 
@@ -267,7 +279,7 @@ def sandbox_mounts() -> list[tuple[str, str]]:
 def sandbox_env(isolation: Isolation, scratch: str, extra: dict[str, str] | None = None) -> dict[str, str]:
     home = SANDBOX_ROOT if isolation == "bwrap" else scratch
     pythonpath = GRADER_MOUNT if isolation == "bwrap" else os.path.dirname(grader_package_dir())
-    bindir = os.path.dirname(sys.executable)
+    bindir = os.path.dirname(sandbox_python(isolation))
     env = {
         "HOME": home,
         "PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin",
@@ -355,7 +367,7 @@ class SandboxProcess:
         shared_uid = not (_runs_as_root() and self.isolation == "bwrap")
         offset = _count_processes(os.getuid()) if shared_uid else 0
         cmd = [
-            sys.executable,
+            sandbox_python(self.isolation),
             "-s",
             "-m",
             self.module,

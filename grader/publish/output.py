@@ -21,6 +21,37 @@ def safe_name(student: str) -> str:
     return name[:150]
 
 
+class OutputPathError(Exception):
+    """An output path (a command's ``--out``) names a place the output cannot go: a folder where a
+    file is to be written, or a file where a folder is.  Raised before anything is written."""
+
+
+def check_file_target(path: Path) -> None:
+    """Raise :class:`OutputPathError` where a file cannot be written at ``path``: a folder is
+    there (:func:`atomic_target` would write the whole file beside it, then fail to rename it over
+    the folder), or something that is not a folder stands where one of its folders would be."""
+    if path.is_dir():
+        raise OutputPathError(f"{path}: is a folder, not a file")
+    _check_parents(path)
+
+
+def check_folder_target(path: Path) -> None:
+    """Raise :class:`OutputPathError` where ``path`` cannot be (or be made) a folder: something
+    else is there, or where one of its parent folders would be."""
+    if os.path.lexists(path) and not path.is_dir():
+        raise OutputPathError(f"{path}: exists and is not a folder")
+    _check_parents(path)
+
+
+def _check_parents(path: Path) -> None:
+    # the nearest parent that exists must be a folder: the missing ones are then made in it
+    for parent in path.parents:
+        if os.path.lexists(parent):
+            if not parent.is_dir():
+                raise OutputPathError(f"{path}: {parent} is not a folder")
+            return
+
+
 @contextlib.contextmanager
 def atomic_target(path: Path, *, keep_if_same: bool = False, follow_links: bool = False) -> Iterator[Path]:
     """Yield a temporary path next to ``path``; on success it replaces ``path`` in one rename,

@@ -119,6 +119,30 @@ def test_release_refuses_a_folder_that_is_not_a_release(tmp_path: Path) -> None:
     assert (tmp_path / "vmap_convolve" / "notes.txt").read_text() == "mine"
 
 
+def test_release_into_a_file_or_a_zip_over_a_folder_is_refused_and_writes_nothing(tmp_path: Path) -> None:
+    """``--out`` an existing file (or a path inside one) was a FileExistsError traceback; a zip
+    path that is a folder failed only after the bundle was written."""
+    afile = tmp_path / "notes.txt"
+    afile.write_text("mine")
+    for out, said in [
+        (afile, f"{afile}: exists and is not a folder"),
+        (afile / "sub", f"{afile / 'sub'}: {afile} is not a folder"),
+    ]:
+        code, _, err = run("--course", str(ROOT), "release", "vmap_convolve", "--out", str(out))
+        assert code == 2
+        assert err == f"jaxgrade: error: {said}\nTIP: Choose another --out, or remove it.\n"
+    assert afile.read_text() == "mine"
+    out = tmp_path / "out"
+    (out / "vmap_convolve.zip").mkdir(parents=True)
+    code, _, err = run("--course", str(ROOT), "release", "vmap_convolve", "--out", str(out), "--zip")
+    assert code == 2
+    assert err == (
+        f"jaxgrade: error: {out / 'vmap_convolve.zip'}: is a folder, not a file\n"
+        "TIP: Choose another --out, or remove it.\n"
+    )
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["notes.txt", "out", "vmap_convolve.zip"]
+
+
 def test_release_replaces_an_earlier_release(tmp_path: Path) -> None:
     course = make_minicourse(tmp_path / "course")
     (course / "grading.yaml").write_text(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -158,6 +159,24 @@ def test_bundle_unknown_assignment(tmp_path):
     with pytest.raises(ConfigError, match="no such assignment"):
         build_bundle(load_course(REPO), "nope", tmp_path / "x.zip")
     assert not (tmp_path / "x.zip").exists()
+
+
+def test_bundle_out_that_is_a_folder_or_inside_a_file_is_a_clear_error(tmp_path):
+    """``--out`` an existing folder was an IsADirectoryError traceback, once the zip was written beside it."""
+    from grader.cli import main
+
+    afile = tmp_path / "notes.txt"
+    afile.write_text("mine")
+    cases = [
+        (tmp_path, f"{tmp_path}: is a folder, not a file", f"e.g. --out {tmp_path / 'autograder.zip'}"),
+        (afile / "a.zip", f"{afile / 'a.zip'}: {afile} is not a folder", "choose another"),
+    ]
+    for out, said, where in cases:
+        err = io.StringIO()
+        code = main(["--course", str(REPO), "gradescope", NAME, "--out", str(out)], io.StringIO(), err)
+        assert code == 2
+        assert err.getvalue() == f"jaxgrade: error: {said}\nTIP: --out names the zip to write: {where}.\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"] and afile.read_text() == "mine"
 
 
 def test_bundled_package_builds(bundle, tmp_path):

@@ -267,3 +267,23 @@ def test_the_assignments_tolerance_reaches_checks_through_the_plugin_only(tmp_pa
     assert TOLERANCE.get() == Tolerance()  # nothing outlives a run
     with pytest.raises(CheckFailure):
         assert_close(2.1, 2.0)  # outside a run: the default
+
+
+def test_a_title_is_the_docstrings_first_sentence_even_where_it_wraps(tmp_path: Path) -> None:
+    """Ten of the course's titles were cut at the end of the docstring's first line, mid-sentence
+    (a student's walkthrough)."""
+    hidden = '''
+    import pytest
+
+    @pytest.mark.category("numerics")
+    @pytest.mark.points(1)
+    def test_wrapped(submission):
+        """double doubles its input (floats,
+        ints and arrays). Then more that is not the title.
+
+        And a paragraph.
+        """
+    '''
+    a = make_course(tmp_path, hidden)
+    results, errors = run_tests(a, Fake({"double": lambda x: 2 * x}))
+    assert errors == [] and results[0].title == "double doubles its input (floats, ints and arrays)."

@@ -390,6 +390,33 @@ def test_refuses_to_mount_a_python_that_contains_protected_files(tmp_path: Path)
     assert proc.proc is None
 
 
+@pytest.mark.parametrize("isolation", ["bwrap", "process"])
+def test_a_python_reached_through_a_symlink_still_runs_the_sandbox(tmp_path: Path, isolation: str) -> None:
+    """A venv linked from elsewhere (``/tmp/x/venv -> /work/.venv``): bwrap mounts the resolved
+    Python, so a sandbox started by the linked path found no interpreter and every notebook was
+    a student's error ("the sandbox stopped while running the notebook")."""
+    if isolation == "bwrap" and not HAVE_BWRAP:
+        pytest.skip("bwrap unavailable")
+    inside = os.path.relpath(sys.executable, sys.prefix)
+    if inside.startswith(os.pardir):
+        pytest.skip(f"this Python ({sys.executable}) is not inside its prefix ({sys.prefix})")
+    link = tmp_path / "linked-python"
+    link.symlink_to(sys.prefix, target_is_directory=True)
+    python = link / inside
+    args = ["check", "--no-server", "--isolation", isolation, "--assignment", "vmap_convolve"]
+    done = subprocess.run(
+        [str(python), "-m", "grader", "--course", str(REPO), *args, str(REPO / "examples/class/alice.ipynb")],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "7/7 public tests passed" in done.stdout, done.stdout
+    assert "sandbox stopped" not in done.stdout
+
+
 # --------------------------------------------------------------------------- nested user namespaces
 
 

@@ -6,9 +6,12 @@ import csv
 import io
 import json
 import math
+from pathlib import Path
 
 import pytest
 
+from grader.batch.gradebook import AssignmentInfo, Gradebook
+from grader.cli import main
 from grader.grading.record import Record, TestResult
 from grader.publish.exports import (
     ExportError,
@@ -23,6 +26,7 @@ from grader.publish.exports import (
     write_gradescope,
 )
 
+REPO = Path(__file__).resolve().parents[2]
 META = ExportMeta(name="vmap_convolve", title="Vectorization with vmap", points_possible=40.0, canvas_id="101")
 
 
@@ -370,3 +374,72 @@ def test_gradescope_says_nothing_of_a_lateness_that_deducts_nothing():
     rec = _record("9", _tests(4, 0))
     rec.late = {"days": 2, "percent": 0.0, "raw_score": 8.0, "flag": False, "submitted_at": "s", "due": "d"}
     assert "Late" not in gradescope_results(rec)["output"]
+
+
+# --------------------------------------------------------------------------- `jaxgrade export --out`
+
+
+@pytest.fixture
+def graded(tmp_path: Path, records: list[Record]) -> Path:
+    """A `jaxgrade grade --out` folder: its gradebook only."""
+    folder = tmp_path / "graded"
+    with Gradebook(folder / "gradebook.db") as gb:
+        gb.set_assignment(AssignmentInfo("vmap_convolve", META.title, "JAX 101", "101", None, 8.0, "v1"))
+        for r in records:
+            gb.put(r)
+    return folder
+
+
+def _export(graded: Path, *argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["--course", str(REPO), "export", "--from", str(graded), *argv], out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*"))
+
+
+def test_export_out_that_is_a_folder_or_inside_a_file_is_a_clear_error(graded: Path, tmp_path: Path) -> None:
+    """These were IsADirectoryError and NotADirectoryError tracebacks."""
+    folder, afile = tmp_path / "exports", tmp_path / "notes.txt"
+    folder.mkdir()
+    afile.write_text("mine")
+    before = _files(tmp_path)
+    code, out, err = _export(graded, "--format", "csv", "--out", str(folder))
+    assert (code, out) == (2, "")
+    assert err == (
+        f"jaxgrade: error: {folder}: is a folder, not a file\n"
+        f"TIP: --out names the file to write: e.g. --out {folder / 'grades-vmap_convolve.csv'}, or - for stdout.\n"
+    )
+    code, _, err = _export(graded, "--format", "canvas", "--out", str(afile / "canvas.csv"))
+    assert code == 2
+    assert err == (
+        f"jaxgrade: error: {afile / 'canvas.csv'}: {afile} is not a folder\n"
+        "TIP: --out names the file to write: choose another, or - for stdout.\n"
+    )
+    code, _, err = _export(graded, "--format", "gradescope", "--out", str(afile))
+    assert code == 2
+    assert err == (
+        f"jaxgrade: error: {afile}: exists and is not a folder\n"
+        "TIP: --out names the folder to write the results.json files into: choose another.\n"
+    )
+    assert _files(tmp_path) == before and afile.read_text() == "mine"  # nothing written, not even a temporary
+
+
+def test_a_gradescope_export_to_stdout_is_refused(graded: Path, tmp_path: Path, monkeypatch) -> None:
+    """``--out -`` is stdout for the CSV formats; a gradescope export (a folder of results.json
+    files) made a folder named ``-`` in the working directory."""
+    monkeypatch.chdir(tmp_path)
+    before = _files(tmp_path)
+    code, out, err = _export(graded, "--format", "gradescope", "--out", "-")
+    assert (code, out) == (2, "")
+    assert err == (
+        "jaxgrade: error: --out -: a gradescope export is a folder (a results.json for each student), not one "
+        "file for stdout\n"
+        f"TIP: Pass the folder to write it into, e.g. --out gradescope-vmap_convolve, or drop --out to write "
+        f"{graded / 'gradescope-vmap_convolve'}.\n"
+    )
+    assert _files(tmp_path) == before
+    code, out, _ = _export(graded, "--format", "csv", "--out", "-")  # the CSV formats still print
+    assert code == 0 and out.startswith("student,") and _files(tmp_path) == before

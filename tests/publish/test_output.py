@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 
 from grader.grading.record import Record
-from grader.publish.output import atomic_target, write_atomic, write_record
+from grader.publish.output import (
+    OutputPathError,
+    atomic_target,
+    check_file_target,
+    check_folder_target,
+    write_atomic,
+    write_record,
+)
 
 
 @pytest.fixture
@@ -110,3 +117,26 @@ def test_keep_if_same_keeps_the_file_and_its_mtime(tmp_path: Path) -> None:
     with atomic_target(path, keep_if_same=True) as tmp:
         tmp.write_bytes(b"same")
     assert path.stat().st_mtime == 1_000_000 and [p.name for p in tmp_path.iterdir()] == ["f.bin"]
+
+
+def test_an_output_path_that_cannot_be_written_is_refused_before_anything_is(tmp_path: Path) -> None:
+    afile = tmp_path / "f.txt"
+    afile.write_text("mine")
+    check_file_target(tmp_path / "new" / "deeper" / "g.csv")  # missing folders are made on the way
+    check_file_target(afile)  # replaced
+    check_folder_target(tmp_path / "new" / "deeper")
+    check_folder_target(tmp_path)
+    with pytest.raises(OutputPathError, match=f"^{tmp_path}: is a folder, not a file$"):
+        check_file_target(tmp_path)
+    with pytest.raises(OutputPathError, match=f"^{afile}: exists and is not a folder$"):
+        check_folder_target(afile)
+    for inside in (afile / "g.csv", afile / "sub" / "g.csv"):
+        with pytest.raises(OutputPathError, match=f"^{inside}: {afile} is not a folder$"):
+            check_file_target(inside)
+        with pytest.raises(OutputPathError, match=f"^{inside}: {afile} is not a folder$"):
+            check_folder_target(inside)
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(OutputPathError, match="exists and is not a folder"):
+        check_folder_target(dangling)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling", "f.txt"] and afile.read_text() == "mine"
