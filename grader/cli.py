@@ -380,7 +380,7 @@ def cmd_grade(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(line, file=err)
     if not intake.submissions:
         raise CliError("no submissions found", "Pass notebooks (.ipynb), folders that contain them, or an LMS zip.")
-    _named_as_asked(assignment, intake.submissions)
+    _named_as_asked(assignment, intake.submissions, err)
     stops: tuple[type[Exception], ...] = ()
     if args.scheduler:
         stops = _cluster_stops(args.isolation, err)
@@ -420,14 +420,18 @@ def _one_assignment_per_folder(out_dir: Path, name: str) -> None:
 
 #: Submissions whose metadata :func:`_named_as_asked` reads: enough to tell a wrong --assignment.
 NAMED_SAMPLE = 20
+#: Notebooks that must agree before a batch is stopped: the metadata is the students' to write,
+#: and one or two of them must not keep their own notebooks from being graded.
+NAMED_MIN = 3
 
 
-def _named_as_asked(assignment: Assignment, submissions: list[Incoming]) -> None:
+def _named_as_asked(assignment: Assignment, submissions: list[Incoming], err: TextIO) -> None:
     """Stop before grading when the notebooks say they are another assignment of the course
-    (their ``jaxgrade.assignment`` metadata, set in the starter): most of the first
-    :data:`NAMED_SAMPLE` that name one name the same other one.  Graded as the asked one, each
-    would get 0 with a note in the grades table only.  Not when the asked assignment's own starter
-    names another (the metadata then says nothing)."""
+    (their ``jaxgrade.assignment`` metadata, set in the starter): at least :data:`NAMED_MIN` and
+    most of the first :data:`NAMED_SAMPLE` that name one name the same other one.  Graded as the
+    asked one, each would get 0 with a note in the grades table only.  Fewer are named in a
+    warning, and graded.  Not when the asked assignment's own starter names another (the metadata
+    then says nothing)."""
     try:
         if load_notebook(assignment.starter).assignment not in (None, assignment.name):
             return
@@ -447,12 +451,20 @@ def _named_as_asked(assignment: Assignment, submissions: list[Incoming]) -> None
     if not names:
         return
     (other, count), total = names.most_common(1)[0], sum(names.values())
-    if other != assignment.name and other in assignment.course.assignments and 2 * count > total:
-        raise CliError(
-            f"{count} of the {total} notebook(s) checked say they are assignment {other!r} (their metadata), "
-            f"not {assignment.name!r}: graded as {assignment.name!r}, each would get 0",
-            f"Grade them with --assignment {other}.",
+    if other == assignment.name or other not in assignment.course.assignments or 2 * count <= total:
+        return
+    if count < NAMED_MIN:
+        print(
+            f"warning: {count} of the {total} notebook(s) checked say they are assignment {other!r} (their "
+            f"metadata); they are graded as {assignment.name!r}, as asked (--assignment {other} if they are {other!r})",
+            file=err,
         )
+        return
+    raise CliError(
+        f"{count} of the {total} notebook(s) checked say they are assignment {other!r} (their metadata), "
+        f"not {assignment.name!r}: graded as {assignment.name!r}, each would get 0",
+        f"Grade them with --assignment {other}.",
+    )
 
 
 def _cluster_stops(isolation: str, err: TextIO) -> tuple[type[Exception], ...]:

@@ -513,12 +513,19 @@ def test_grade_refuses_notebooks_that_say_they_are_another_assignment(tmp_path: 
     pytrees = load_course(ROOT).assignment("pytrees")
     alice = Incoming(ROOT / "examples/class/alice.ipynb", "alice", {})
     starter = Incoming(pytrees.starter, "s", {})
-    _named_as_asked(pytrees, [alice, starter, starter])
+    _named_as_asked(pytrees, [alice, starter, starter], io.StringIO())
+    # one or two are graded as asked, with a warning: the metadata is the students' to write, and
+    # one must not keep their own notebook from being graded
+    warned = io.StringIO()
+    _named_as_asked(pytrees, [alice, alice], warned)
+    assert warned.getvalue().startswith(
+        "warning: 2 of the 2 notebook(s) checked say they are assignment 'vmap_convolve'"
+    )
     bare = tmp_path / "bare.ipynb"
     doc = json.loads(alice.path.read_text())
     doc["metadata"].pop("jaxgrade")
     bare.write_text(json.dumps(doc))
-    _named_as_asked(pytrees, [Incoming(bare, "b", {})] * 3)
+    _named_as_asked(pytrees, [Incoming(bare, "b", {})] * 3, warned)
 
 
 def test_course_is_taken_after_the_command_too_and_a_folder_without_a_course_is_named(tmp_path: Path) -> None:
