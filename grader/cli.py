@@ -173,7 +173,15 @@ def _stops(*signals: int) -> Iterator[Callable[[], None]]:
 # --------------------------------------------------------------------------- check
 
 
-def render_check(rec: Record, out: TextIO) -> None:
+def missing_why(live: bool) -> str:
+    """Why a function is missing: a check runs the notebook from the top; the self-check (``live``)
+    looks in the student's kernel as it is now."""
+    if live:
+        return "not defined in this kernel now: run the cell that defines it"
+    return "not defined when the notebook runs top to bottom"
+
+
+def render_check(rec: Record, out: TextIO, *, live: bool = False) -> None:
     """The text `jaxgrade check` prints (the in-notebook self-check shows the same)."""
     print(f"jaxgrade check: {rec.source} — assignment {rec.assignment} (public tests)", file=out)
     if rec.message:
@@ -192,7 +200,7 @@ def render_check(rec: Record, out: TextIO) -> None:
         src = f"  `{c['source']}`" if c.get("source") else ""
         print(f"  {where}: {c['status']}: {what.splitlines()[0] if what else ''}{src}", file=out)
     if rec.missing:
-        print(f"  missing: {', '.join(rec.missing)} (not defined when the notebook runs top to bottom)", file=out)
+        print(f"  missing: {', '.join(rec.missing)} ({missing_why(live)})", file=out)
     print(file=out)
     for t in rec.tests:
         mark = "PASS" if t.status == "passed" else ("ERROR" if t.status == "error" else "FAIL")
@@ -937,6 +945,17 @@ def _warn_isolation(requested: str, err: TextIO) -> None:
         print(limits, file=err)
 
 
+def _jobs(text: str) -> int:
+    """``--jobs``: a count of submissions at once, 1 or more (0, the default, is the CPU count)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected 1 or more (or 0 for the CPU count), got {n}")
+    return n
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="jaxgrade", description="Grade JAX notebook assignments safely.")
     p.add_argument("--version", action="version", version=f"jaxgrade {__version__}")
@@ -979,7 +998,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument(
         "--jobs",
-        type=int,
+        type=_jobs,
         default=0,
         help="submissions graded at once (default: the CPU count); with --scheduler, the workers' threads decide",
     )
@@ -1044,7 +1063,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("validate", help="check an assignment: reference full marks, mutants caught, starter ~0")
     v.add_argument("name")
-    v.add_argument("--jobs", type=int, default=0)
+    v.add_argument("--jobs", type=_jobs, default=0)
     common(v)
     v.set_defaults(func=cmd_validate)
 

@@ -566,3 +566,9 @@ def test_check_of_another_assignments_notebook_names_it(tmp_path: Path) -> None:
     assert main(["check", "--no-server", str(nb)], out=io.StringIO(), err=err) == 2
     assert err.getvalue().startswith("jaxgrade: error: pytrees.ipynb says it is assignment 'pytrees' (its metadata)")
     assert "it has autodiff\nTIP: Check it in the folder your course gave you for 'pytrees'" in err.getvalue()
+
+
+def test_a_negative_jobs_count_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stop:
+        run("grade", "--assignment", "vmap_convolve", "--out", str(tmp_path / "o"), "--jobs", "-1", str(tmp_path))
+    assert stop.value.code == 2 and "--jobs: expected 1 or more" in capsys.readouterr().err

@@ -24,7 +24,7 @@ from typing import Any, cast
 import pytest
 
 from grader import __version__
-from grader.cli import HIDDEN_TESTS_NOTE, render_check
+from grader.cli import HIDDEN_TESTS_NOTE, missing_why, render_check
 from grader.course.config import Assignment, UnmetRequirementError, check_requirements, load_course
 from grader.errors import Location, first_line
 from grader.grading.grade import _missing, _set_trusted_devices, run_tests
@@ -264,7 +264,7 @@ class Result:
 
     def text(self) -> str:
         out = io.StringIO()
-        render_check(self.record, out)
+        render_check(self.record, out, live=True)
         return out.getvalue()
 
     def html(self) -> str:
@@ -411,7 +411,7 @@ def render_html(rec: Record) -> str:
     if rec.message:
         parts.append(f"<p>note: {e(rec.message)}</p>")
     if rec.missing:
-        parts.append(f"<p>missing: {e(', '.join(rec.missing))} (not defined when the notebook runs top to bottom)</p>")
+        parts.append(f"<p>missing: {e(', '.join(rec.missing))} ({e(missing_why(live=True))})</p>")
     parts.append('<table style="border-collapse:collapse">')
     for t in rec.tests:
         mark = "PASS" if t.status == "passed" else ("ERROR" if t.status == "error" else "FAIL")

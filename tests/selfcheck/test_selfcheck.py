@@ -278,3 +278,20 @@ def test_an_assignment_this_kernel_cannot_check_says_why(bundle: Path) -> None:
     finally:
         live._remove_folders()
         live._CHECKER[:] = saved
+
+
+def test_a_missing_function_is_explained_for_the_kernel_it_was_looked_for_in() -> None:
+    """`jaxgrade check` runs the notebook from the top; the self-check looks in the live kernel,
+    where "not defined when the notebook runs top to bottom" was not what happened (a student's
+    walkthrough)."""
+    from grader.cli import render_check
+    from grader.grading.record import Record
+    from grader.selfcheck.live import render_html
+
+    rec = Record(assignment="a", student="s", submission_sha256="x", status="graded", missing=["f"])
+    cli, live = io.StringIO(), io.StringIO()
+    render_check(rec, cli)
+    render_check(rec, live, live=True)
+    assert "missing: f (not defined when the notebook runs top to bottom)" in cli.getvalue()
+    assert "missing: f (not defined in this kernel now: run the cell that defines it)" in live.getvalue()
+    assert "not defined in this kernel now" in render_html(rec)
