@@ -222,6 +222,14 @@ HIDDEN_TESTS_NOTE = (
 )
 
 
+@contextlib.contextmanager
+def _still_checking(assignment: Assignment, err: TextIO) -> Iterator[None]:
+    """A check that takes longer than :data:`STILL_CHECKING_AFTER` says so once, and why it may:
+    a student whose cell loops forever waited a minute in silence (a walkthrough)."""
+    with check_server.still_checking(err, f"after {assignment.limits.cell_timeout:g} s"):
+        yield
+
+
 def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from grader.grading.grade import grade_many
 
@@ -262,9 +270,11 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         session = ready_ahead(
             check_server.take_ahead(assignment, path, args.isolation), assignment, path, args.isolation
         )
+        # (the client says it is still checking: what is written here reaches it only at the end)
         rec = grade_one(assignment, path, public_only=True, isolation=args.isolation, session=session)
     else:
-        rec = grade_many(assignment, [path], jobs=1, public_only=True, isolation=args.isolation)[path]
+        with _still_checking(assignment, err):
+            rec = grade_many(assignment, [path], jobs=1, public_only=True, isolation=args.isolation)[path]
         if not args.no_server:
             devices = assignment.config.devices
             if check_server.start(assignment.course.root, assignment.name, path, args.isolation, devices):

@@ -572,3 +572,24 @@ def test_a_negative_jobs_count_is_refused(tmp_path: Path, capsys: pytest.Capture
     with pytest.raises(SystemExit) as stop:
         run("grade", "--assignment", "vmap_convolve", "--out", str(tmp_path / "o"), "--jobs", "-1", str(tmp_path))
     assert stop.value.code == 2 and "--jobs: expected 1 or more" in capsys.readouterr().err
+
+
+def test_a_long_check_says_it_is_still_checking(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A student whose cell loops forever waited a minute without a word (a walkthrough): past
+    STILL_CHECKING_AFTER the check says it is going on, when such a cell is stopped, and Ctrl-C."""
+    from grader.grading import check_server
+    from tests.minicourse import make_minicourse, notebook
+
+    course = make_minicourse(tmp_path / "course", "{cell_timeout: 5}")
+    doc = json.loads(notebook("full"))
+    doc["cells"].append({"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+                         "source": "import time\ntime.sleep(2)"})  # fmt: skip
+    nb = tmp_path / "slow.ipynb"
+    nb.write_text(json.dumps(doc))
+    monkeypatch.setattr(check_server, "STILL_CHECKING_AFTER", 0.5)
+    code, _, err = run("--course", str(course), "check", "--no-server", "--assignment", "double", str(nb))
+    assert code == 0, err
+    assert "(still checking after 0.5 s: a cell that does not finish is stopped after 5 s" in err
+    monkeypatch.setattr(check_server, "STILL_CHECKING_AFTER", 60.0)
+    code, _, err = run("--course", str(course), "check", "--no-server", "--assignment", "double", str(nb))
+    assert code == 0 and "still checking" not in err

@@ -51,6 +51,7 @@ import stat
 import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -246,6 +247,33 @@ def wanted(argv: list[str]) -> bool:
     return not any(a in argv for a in ("--watch", "--no-server", "-h", "--help"))
 
 
+#: Seconds of a check after which it says it is still going (a cell that loops runs to its limit).
+STILL_CHECKING_AFTER = 10.0
+
+
+@contextlib.contextmanager
+def still_checking(err: TextIO, stopped: str) -> Iterator[None]:
+    """A check that takes longer than :data:`STILL_CHECKING_AFTER` says so once, and why it may:
+    a student whose cell loops forever waited a minute in silence (a walkthrough).  ``stopped``:
+    when such a cell is stopped ("after 60 s")."""
+    done = threading.Event()
+
+    def say() -> None:
+        if not done.wait(STILL_CHECKING_AFTER):
+            print(
+                f"(still checking after {STILL_CHECKING_AFTER:g} s: a cell that does not finish is stopped "
+                f"{stopped}, and the result names it; Ctrl-C stops the check)",
+                file=err,
+                flush=True,
+            )
+
+    threading.Thread(target=say, name="jaxgrade-still-checking", daemon=True).start()
+    try:
+        yield
+    finally:
+        done.set()
+
+
 def client_main(argv: list[str], out: TextIO | None = None, err: TextIO | None = None) -> int | None:
     """Run ``jaxgrade ARGV`` in a check server, if one is there and takes it: the exit code, with
     the server's output printed; None when the command must run here (no server, declined, or
@@ -268,7 +296,8 @@ def client_main(argv: list[str], out: TextIO | None = None, err: TextIO | None =
         conn.settimeout(None)
         try:
             _send(conn, {"argv": list(argv), "cwd": os.getcwd()})
-            reply = _recv(conn)
+            with still_checking(err or sys.stderr, "at its time limit"):
+                reply = _recv(conn)
         except (OSError, ValueError, RecursionError):
             return None
     except KeyboardInterrupt:
