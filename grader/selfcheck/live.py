@@ -386,8 +386,13 @@ def run(function: str | None = None) -> Result:
 
 def check(function: str | None = None) -> None:
     """Run the public tests and show the verdicts, messages and hints (HTML in a notebook, text
-    elsewhere)."""
-    result = run(function)
+    elsewhere).  A request it cannot run (a misspelt function, no setup) is said in one line,
+    without a traceback under it; :func:`run` raises it."""
+    try:
+        result = run(function)
+    except SelfCheckError as exc:
+        print(f"jaxgrade: {exc}", file=sys.stderr)
+        return
     if _ipython() is None:
         print(result.text())
         return

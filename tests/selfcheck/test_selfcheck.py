@@ -295,3 +295,21 @@ def test_a_missing_function_is_explained_for_the_kernel_it_was_looked_for_in() -
     assert "missing: f (not defined when the notebook runs top to bottom)" in cli.getvalue()
     assert "missing: f (not defined in this kernel now: run the cell that defines it)" in live.getvalue()
     assert "not defined in this kernel now" in render_html(rec)
+
+
+def test_check_says_a_misspelt_function_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """`jc.check("count_leafs")` showed its good message under a traceback into jaxgrade's code
+    (a student's walkthrough); `run` still raises, for code that calls it."""
+    from grader.selfcheck import live
+
+    saved = list(live._CHECKER)
+    try:
+        live._CHECKER[:] = []
+        live.check("count_leafs")
+        assert capsys.readouterr().err == (
+            "jaxgrade: the self-check is not set up: run the notebook's first cell, then `jc.check()` again\n"
+        )
+        with pytest.raises(SelfCheckError):
+            run("count_leafs")
+    finally:
+        live._CHECKER[:] = saved
