@@ -67,8 +67,29 @@ HINTS: tuple[Hint, ...] = (
     Hint(
         "ValueError",
         "A static argument must be hashable, and this one is not (a list, dict or array).",
-        "Pass a tuple instead of a list, or make the argument a traced (non-static) array.",
+        "Do not mark an array argument static: leave it traced and branch with `jnp.where` or "
+        "`lax.cond`; a small constant list can be passed as a tuple instead.",
         match="Non-hashable static arguments",
+    ),
+    Hint(
+        "AttributeError",
+        "`.at[...]` exists only on JAX arrays, and this is a NumPy array (the tests call your "
+        "function with NumPy arrays, as a caller may).",
+        "Convert it first: `x = jnp.asarray(x)`, then `x.at[i].set(v)`.",
+        match="'numpy.ndarray' object has no attribute 'at'",
+    ),
+    Hint(
+        "TypeError",
+        "`jax.grad` differentiates only with respect to floating-point inputs, and this one holds integers.",
+        "Make it a float array: `jnp.array([1.0, 1.0])`, or `x.astype(jnp.float32)`.",
+        match="grad requires real- or complex-valued inputs",
+    ),
+    Hint(
+        "AttributeError",
+        "Under a symbolic batch size a Python loop cannot go over the batch: the function loops in "
+        "Python over the batch dimension (`for x in xs`, `zip(xs, ys)`).",
+        "Replace the loop over the batch with `jax.vmap`, or with array operations over the whole batch.",
+        match="object has no attribute 'process_primitive'",
     ),
     Hint(
         "TypeError",

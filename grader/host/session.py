@@ -546,8 +546,8 @@ class Session:
                     hint_for(shown, evalue, loc, name=name) if shown == ename else hint_for(shown, "", loc, name=name)
                 )
                 if args and find_hint(ename, evalue) is None:  # nothing to teach but the location: name the inputs
-                    hint = (hint + " " if hint else "") + f"It failed on inputs {_shapes(args)}: check each shape "
-                    hint += "against the contract, and what your code does with it."
+                    hint = (hint + " " if hint else "") + f"It failed on inputs {_shapes(args)}: check each "
+                    hint += "shape and dtype against the contract, and what your code does with it."
                 raise StudentRaised(name, ename, evalue, loc, hint)
             case _:
                 return  # the request's own success kind (decode_reply let no other kind through)

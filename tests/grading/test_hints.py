@@ -75,3 +75,23 @@ def test_array_errors_outside_tracing_get_hints(fn: Callable[[Any], Any], ename:
     assert type(info.value).__name__ == ename
     hint = find_hint(ename, str(info.value))
     assert hint is not None and fix in hint.fix
+
+
+def test_errors_a_students_walkthrough_met_get_their_own_hint() -> None:
+    """Three errors got the generic "check each shape" fallback, or a fix for another case."""
+    with pytest.raises(TypeError) as ints:
+        jax.grad(lambda t: (t * t).sum())(jnp.array([1, 1]))
+    hint = find_hint("TypeError", str(ints.value))
+    assert hint is not None and "float" in hint.fix
+    with pytest.raises(AttributeError) as at:
+        np.zeros(3).at[0].set(1.0)  # type: ignore[attr-defined]
+    hint = find_hint("AttributeError", str(at.value))
+    assert hint is not None and "jnp.asarray(x)" in hint.fix
+    with pytest.raises(ValueError) as static:
+        jax.jit(lambda x: x, static_argnums=0)(np.ones(3))
+    hint = find_hint("ValueError", str(static.value))
+    assert hint is not None and "jnp.where" in hint.fix
+    # JAX 0.11 and later, a loop over an array of symbolic length
+    hint = find_hint("AttributeError", "'NoneType' object has no attribute 'process_primitive'")
+    assert hint is not None and "jax.vmap" in hint.fix
+    assert find_hint("AttributeError", "'list' object has no attribute 'shape'") is None
