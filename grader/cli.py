@@ -43,6 +43,7 @@ from grader.course.config import (
     find_course_root,
     load_course,
 )
+from grader.errors import cell_paths_named
 from grader.grading import check_server
 from grader.grading.record import Record
 from grader.host.sandbox import (
@@ -194,7 +195,11 @@ def render_check(rec: Record, out: TextIO, *, live: bool = False) -> None:
             where += f" (line {c['line']} of cell {c['line_cell'] + 1})"
         elif c.get("line"):
             where += f", line {c['line']}"
-        what = f"{c.get('ename')}: {c.get('evalue', '')}" if c.get("ename") else c.get("message", c["status"])
+        what = (
+            f"{c.get('ename')}: {cell_paths_named(str(c.get('evalue', '')))}"
+            if c.get("ename")
+            else c.get("message", c["status"])
+        )
         if c.get("strays"):
             what += f" (left {c['strays']} process(es) running; they were killed)"
         src = f"  `{c['source']}`" if c.get("source") else ""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import contextvars
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -139,13 +140,25 @@ _BOILERPLATE = (
 )
 
 
+#: The file a Jupyter kernel compiles a cell as (``/tmp/ipykernel_3/3870454633.py``, line 1),
+#: which no student has seen: JAX names it where it traced a function, Python in a SyntaxError.
+_CELL_FILE = re.compile(r"\S*/ipykernel_\d+/\d+\.py:(\d+)")
+_CELL_FILE_SYNTAX = re.compile(r"\(\d+\.py, line (\d+)\)")
+
+
+def cell_paths_named(text: str) -> str:
+    """``text`` with the kernel's files for cells named as cells ("a notebook cell, line 1")."""
+    text = _CELL_FILE.sub(r"a notebook cell, line \1", text)
+    return _CELL_FILE_SYNTAX.sub(r"(line \1 of the cell)", text)
+
+
 def error_cause(text: str, limit: int = 500) -> str:
     """The lines of an error message that carry its cause, joined: JAX's messages often end their
     first line with a colon and give the cause on the next ones ("vmap got inconsistent sizes for
     array axes to be mapped:" / "* one axis had size 7: axis 0 of argument xs ...")."""
     out: list[str] = []
     used = 0
-    for line in str(text).splitlines():
+    for line in cell_paths_named(str(text)).splitlines():
         line = line.strip()
         if not line or any(b in line for b in _BOILERPLATE):
             continue
@@ -159,7 +172,7 @@ def error_cause(text: str, limit: int = 500) -> str:
 
 
 def first_line(text: str, limit: int = 400) -> str:
-    lines = [ln for ln in str(text).strip().splitlines() if ln.strip()]
+    lines = [ln for ln in cell_paths_named(str(text)).strip().splitlines() if ln.strip()]
     first = lines[0] if lines else ""
     return first[:limit] + ("…" if len(first) > limit else "")
 

@@ -45,6 +45,7 @@ from typing import Any
 import jinja2
 
 from grader import __version__
+from grader.errors import cell_paths_named
 from grader.grading.record import CATEGORIES, Record, TestResult
 from grader.publish.output import safe_name, write_atomic
 
@@ -177,7 +178,7 @@ def _cell(c: dict[str, Any]) -> dict[str, Any]:
     status = str(c.get("status", ""))
     ename = str(c.get("ename") or "")
     if ename:
-        what = f"{ename}: {c.get('evalue', '')}"
+        what = f"{ename}: {cell_paths_named(str(c.get('evalue', '')))}"
     else:
         what = str(c.get("message") or status)
     return {

@@ -95,3 +95,16 @@ def test_errors_a_students_walkthrough_met_get_their_own_hint() -> None:
     hint = find_hint("AttributeError", "'NoneType' object has no attribute 'process_primitive'")
     assert hint is not None and "jax.vmap" in hint.fix
     assert find_hint("AttributeError", "'list' object has no attribute 'shape'") is None
+
+
+def test_the_kernels_files_for_cells_are_named_as_cells() -> None:
+    """JAX names where it traced a function by the file the kernel compiled the cell as, and a
+    SyntaxError by its number: files no student has seen (a student's walkthrough)."""
+    from grader.errors import error_cause, first_line
+
+    jax_text = (
+        "The error occurred while tracing the function g at /sandbox/.jaxgrade/tmp/ipykernel_3/3870454633.py:1 for jit."
+    )
+    assert error_cause(jax_text).endswith("while tracing the function g at a notebook cell, line 1 for jit.")
+    assert first_line("incomplete input (257267586.py, line 2)") == "incomplete input (line 2 of the cell)"
+    assert first_line("x (file.py, line 2) /home/u/ipykernel.py:3") == "x (file.py, line 2) /home/u/ipykernel.py:3"
