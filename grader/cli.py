@@ -838,6 +838,10 @@ def cmd_post_canvas(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         for line in todo.lines():
             print(line, file=out)
         if args.dry_run:
+            if args.comment and todo.to_post:  # what each student would read (the first one in full)
+                first = todo.to_post[0]
+                print(f"the comment each grade would carry, e.g. {first.name or first.student}'s:", file=out)
+                print("  " + first.comment.replace("\n", "\n  "), file=out)
             known = "" if client else f" (current grades not read: {settings.token_env} is not set)"
             print(f"dry run: {len(todo.to_post)} grade(s) would be posted{known}; nothing was sent", file=out)
             return EXIT_OK

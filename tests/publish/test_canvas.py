@@ -439,3 +439,13 @@ def test_https_and_loopback_settings_load(tmp_path: Path) -> None:
         "7",
         "MY_TOKEN",
     )
+
+
+def test_dry_run_with_comments_shows_one(course: Path, server: FakeCanvas, sleeps) -> None:
+    """A TA about to post comments sees what a student would read (a TA's walkthrough: the dry run
+    did not show them)."""
+    code, out, _ = post(course, "--dry-run", "--comment")
+    assert code == 0
+    lines = out.splitlines()
+    at = lines.index("the comment each grade would carry, e.g. Carol's:")
+    assert lines[at + 1].startswith("  Score 2.5/4") and lines[-1].startswith("dry run: 2 grade(s) would be posted")
