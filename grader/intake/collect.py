@@ -25,6 +25,7 @@ MiB = 1 << 20
 
 # reasons shown in IntakeReport.skipped (tests and the CLI rely on the exact text)
 OLDER = "older notebook of the same student"
+OTHER_IN_FOLDER = "another notebook in the student's folder (the one named like the assignment's is graded)"
 MACOSX = "macOS metadata (__MACOSX)"
 HIDDEN = "hidden file or folder"
 NOT_NOTEBOOK = "not a notebook (.ipynb)"
@@ -189,12 +190,11 @@ def collect(
       ``submission_metadata.yml`` is read only where Gradescope puts it (the export's top level, or
       the zip's single top-level folder), never from inside a submission folder: one there is a
       student's file, ignored and reported.
-    - anything else: student = the notebook's file stem; but a notebook named like the
-      assignment's own notebook (``own_names``: the starter's stem, ``vmap_convolve.ipynb`` as the
-      course handed it out) names no student, so its student is the folder it is in (the
-      innermost folder not named like it: ``alice/vmap_convolve.ipynb`` and
-      ``submitted/alice/ps1/ps1.ipynb`` give ``alice``): a folder per student (nbgrader's
-      ``submitted/``, one clone per student) does not collapse into one student.
+    - anything else: student = the notebook's file stem; but a **folder per student** (an input
+      holding, in a subfolder, a notebook named like the assignment's own, ``own_names``: the
+      starter's stem, ``alice/vmap_convolve.ipynb``, nbgrader's ``submitted/alice/ps1/ps1.ipynb``)
+      gives each notebook in a subfolder the student of its top folder below the input
+      (:func:`_per_student_folders`).
 
     The kind is decided per notebook, so a folder that is an extracted Moodle or Gradescope
     download is handled as such, and a folder holding a Canvas download is recognised by the
@@ -228,6 +228,7 @@ def collect(
     raises :class:`IntakeError`.
     """
     staging = Path(staging)
+    own = {n.casefold() for n in own_names}
     skipped: list[tuple[str, str]] = []
     cands: list[_Cand] = []
     seen_files: set[Path] = set()
@@ -236,7 +237,9 @@ def collect(
         for raw in inputs:
             p = Path(raw)
             if p.is_dir():
-                cands += _scan_dir(p, staging, skipped, seen_files)
+                found = _scan_dir(p, staging, skipped, seen_files)
+                rel = {id(c): c.disk.relative_to(p).parts for c in found if c.disk is not None}
+                cands += _per_student_folders(found, rel, own, skipped)
             elif p.is_file():
                 real = p.resolve()
                 if _is_notebook_name(p.name):
@@ -252,34 +255,50 @@ def collect(
                 taken = {a.dirname.casefold() for a in archives.values()}
                 archive = _Archive(p, zf, _unique(safe_name(p.stem), taken))
                 archives[real] = archive
-                cands += _scan_zip(archive, limits, skipped)
+                found = _scan_zip(archive, limits, skipped)
+                rel = {id(c): PurePosixPath(_entry_name(c.info)).parts for c in found if c.info is not None}
+                cands += _per_student_folders(found, rel, own, skipped)
             else:
                 raise IntakeError(
                     f"{p}: no such file or directory. Pass notebooks (.ipynb), folders of notebooks, "
                     "or the zip your LMS gave you."
                 )
-        own = {n.casefold() for n in own_names}
-        cands = [_by_folder(c) if c.identity.get("lms") == "file" and c.student.casefold() in own else c for c in cands]
         budgets = {id(a): _Budget(limits.max_total_bytes) for a in archives.values()}
         submissions = _choose(cands, staging, limits, budgets, skipped)
     return IntakeReport(submissions, skipped)
 
 
-def _by_folder(c: _Cand) -> _Cand:
-    """A plain notebook named like the assignment's own notebook: its student is the innermost
-    folder on its path not named like it (on disk, the file's absolute path; in an archive, the
-    entry's folders, then the archive's name).  One with no such folder keeps its stem."""
-    stem = c.student
-    if c.disk is not None:
-        folders = [f for f in c.disk.absolute().parent.parts if f != "/"]
-    elif c.archive is not None and c.info is not None:
-        folders = [c.archive.path.stem, *PurePosixPath(_entry_name(c.info)).parent.parts]
-    else:
-        folders = []
-    named = [f for f in folders if f.casefold() != stem.casefold()]
-    if not named:
-        return c
-    return replace(c, student=named[-1], identity={**c.identity, "id": named[-1]})
+def _per_student_folders(
+    cands: list[_Cand], rel: dict[int, tuple[str, ...]], own: set[str], skipped: list[tuple[str, str]]
+) -> list[_Cand]:
+    """One input's plain notebooks (``rel``: each one's path below the input), given a folder per
+    student where the input holds, in a subfolder, a notebook named like the assignment's own
+    (``own``: ``alice/vmap_convolve.ipynb``, nbgrader's ``submitted/alice/ps1/ps1.ipynb``).
+
+    Then every plain notebook in a subfolder belongs to the student of its top folder below the
+    input, whatever its own name or the folders a student made inside (``alice/bob/x.ipynb`` is
+    alice's: a student names nothing outside their folder), and where that folder holds a
+    notebook named like the assignment's, the others are set aside (``alice/scratch.ipynb``).
+    Notebooks at the input's top level, LMS downloads and inputs without such a notebook keep
+    their rules."""
+
+    def plain_sub(c: _Cand) -> bool:
+        return c.identity.get("lms") == "file" and len(rel.get(id(c), ())) >= 2
+
+    if not any(plain_sub(c) and c.student.casefold() in own for c in cands):
+        return cands
+    out: list[_Cand] = []
+    folders: dict[str, list[_Cand]] = defaultdict(list)
+    for c in cands:
+        (folders[rel[id(c)][0]] if plain_sub(c) else out).append(c)
+    for top, group in folders.items():
+        named = [c for c in group if c.student.casefold() in own]
+        for c in group:
+            if named and c not in named:
+                skipped.append((c.display, OTHER_IN_FOLDER))
+                continue
+            out.append(replace(c, student=top, identity={**c.identity, "id": top, "folder": top}))
+    return out
 
 
 def _is_notebook_name(name: str) -> bool:

@@ -708,30 +708,43 @@ def test_metadata_planted_in_a_submission_of_an_export_without_a_top_folder(tmp_
 def test_a_folder_per_student_with_the_assignments_notebook_name(tmp_path: Path) -> None:
     """Students who kept the notebook's name (``vmap_convolve.ipynb``), one folder each: each
     folder is a student, not one student with two older notebooks set aside (a TA's walkthrough).
-    Another name keeps its stem; without ``own_names`` the stem is the student, as before."""
+    A student names nothing outside their folder: a notebook they plant in ``alice/bob/`` is
+    alice's, and their scratch notebook is set aside (a review of the first version)."""
     d = tmp_path / "perstudent"
     for who in ("alice", "bob", "carol"):
         (d / who).mkdir(parents=True)
         (d / who / "vmap_convolve.ipynb").write_bytes(nb(who))
-    (d / "bob" / "scratch.ipynb").write_bytes(nb("bob's scratch"))
-    # nbgrader's layout: submitted/<student>/<assignment>/<assignment>.ipynb
-    (tmp_path / "submitted" / "dave" / "vmap_convolve").mkdir(parents=True)
-    (tmp_path / "submitted" / "dave" / "vmap_convolve" / "VMAP_convolve.ipynb").write_bytes(nb("dave"))
-    report = collect([d, tmp_path / "submitted"], tmp_path / "s", own_names=["vmap_convolve"])
+    (d / "alice" / "scratch.ipynb").write_bytes(nb("alice's scratch"))
+    (d / "alice" / "bob").mkdir()
+    (d / "alice" / "bob" / "vmap_convolve.ipynb").write_bytes(nb("planted by alice"))
+    os.utime(d / "alice" / "bob" / "vmap_convolve.ipynb", (1_000_000_000, 1_000_000_000))  # older than alice's
+    (d / "carol" / "notes").mkdir()
+    (d / "dave").mkdir()
+    (d / "dave" / "vmap_convolve_final.ipynb").write_bytes(nb("dave"))  # renamed: his only notebook
+    (d / "loose.ipynb").write_bytes(nb("loose"))  # at the top: its stem, as before
+    report = collect([d], tmp_path / "s", own_names=["vmap_convolve"])
     subs = by_student(report)
-    assert sorted(subs) == ["alice", "bob", "carol", "dave", "scratch"]
+    assert sorted(subs) == ["alice", "bob", "carol", "dave", "loose"]
     for who in ("alice", "bob", "carol", "dave"):
-        assert marker(subs[who].path) == f"x = {who!r}"
-        assert subs[who].identity["id"] == who and subs[who].ignored == ()
+        assert marker(subs[who].path) == f"x = {who!r}", who
+        assert subs[who].identity["id"] == who
     assert subs["carol"].identity["original"] == "vmap_convolve.ipynb"
-    assert report.skipped == []
-    # one notebook by itself, or its folder: the same student as in the class's run
-    (alice,) = collect([d / "alice" / "vmap_convolve.ipynb"], tmp_path / "s", own_names=["vmap_convolve"]).submissions
-    assert alice.student == "alice"
-    (alice,) = collect([d / "alice"], tmp_path / "s", own_names=["vmap_convolve"]).submissions
-    assert alice.student == "alice"
+    assert subs["alice"].ignored == (str(d / "alice" / "bob" / "vmap_convolve.ipynb"),)  # the planted one
+    assert (str(d / "alice" / "scratch.ipynb"), intake.OTHER_IN_FOLDER) in report.skipped
+    # nbgrader's layout, the assignment's folder named otherwise (submitted/<student>/hw1/<notebook>)
+    for who in ("erin", "frank"):
+        (tmp_path / "submitted" / who / "hw1").mkdir(parents=True)
+        (tmp_path / "submitted" / who / "hw1" / "VMAP_convolve.ipynb").write_bytes(nb(who))
+    assert sorted(by_student(collect([tmp_path / "submitted"], tmp_path / "s", own_names=["vmap_convolve"]))) == [
+        "erin",
+        "frank",
+    ]
     # a zip of the folders
     z = make_zip(tmp_path / "class.zip", [(f"{w}/vmap_convolve.ipynb", nb(w)) for w in ("alice", "bob")])
     assert sorted(by_student(collect([z], tmp_path / "s", own_names=["vmap_convolve"]))) == ["alice", "bob"]
+    # a notebook passed by itself, or a flat folder, keeps its stem (no folder per student there)
+    (one,) = collect([d / "alice" / "vmap_convolve.ipynb"], tmp_path / "s", own_names=["vmap_convolve"]).submissions
+    assert one.student == "vmap_convolve"
+    assert sorted(by_student(collect([d / "bob"], tmp_path / "s", own_names=["vmap_convolve"]))) == ["vmap_convolve"]
     # without the assignment's name (the old rule): one student, the others set aside
     assert [s.student for s in collect([d], tmp_path / "s").submissions].count("vmap_convolve") == 1
