@@ -403,7 +403,8 @@ def cmd_grade(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(line, file=err)
     if not intake.submissions:
         raise CliError("no submissions found", "Pass notebooks (.ipynb), folders that contain them, or an LMS zip.")
-    _named_as_asked(assignment, intake.submissions, err)
+    if not args.any_metadata:
+        _named_as_asked(assignment, intake.submissions, err)
     stops: tuple[type[Exception], ...] = ()
     if args.scheduler:
         stops = _cluster_stops(args.isolation, err)
@@ -466,7 +467,7 @@ def _named_as_asked(assignment: Assignment, submissions: list[Incoming], err: Te
             if sub.path.stat().st_size > MAX_NOTEBOOK_BYTES:
                 continue
             meta = json.loads(sub.path.read_bytes()).get("metadata", {}).get("jaxgrade", {})
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, RecursionError, MemoryError):  # a student's file
             continue
         named = meta.get("assignment") if isinstance(meta, dict) else None
         if isinstance(named, str):
@@ -486,7 +487,8 @@ def _named_as_asked(assignment: Assignment, submissions: list[Incoming], err: Te
     raise CliError(
         f"{count} of the {total} notebook(s) checked say they are assignment {other!r} (their metadata), "
         f"not {assignment.name!r}: graded as {assignment.name!r}, each would get 0",
-        f"Grade them with --assignment {other}.",
+        f"Grade them with --assignment {other}; or, if they are {assignment.name!r} whatever their metadata "
+        "says, add --any-metadata.",
     )
 
 
@@ -1022,6 +1024,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="submissions graded at once (default: the CPU count); with --scheduler, the workers' threads decide",
     )
     g.add_argument("--regrade", action="store_true", help="grade again submissions the gradebook already holds")
+    g.add_argument(
+        "--any-metadata",
+        action="store_true",
+        help="grade the notebooks as --assignment even where most say they are another assignment (their metadata)",
+    )
     g.add_argument(
         "--no-cache",
         dest="cache",

@@ -502,7 +502,10 @@ def test_grade_refuses_notebooks_that_say_they_are_another_assignment(tmp_path: 
     )
     assert code == 2
     assert "jaxgrade: error: 5 of the 5 notebook(s) checked say they are assignment 'vmap_convolve'" in err
-    assert "TIP: Grade them with --assignment vmap_convolve." in err
+    assert (
+        "TIP: Grade them with --assignment vmap_convolve; or, if they are 'pytrees' whatever their metadata says, add --any-metadata."
+        in err
+    )
     assert not (tmp_path / "o" / "results").exists()
     # a minority that names another assignment is graded (its record says so), and so is a class
     # whose notebooks name none
@@ -525,7 +528,17 @@ def test_grade_refuses_notebooks_that_say_they_are_another_assignment(tmp_path: 
     doc = json.loads(alice.path.read_text())
     doc["metadata"].pop("jaxgrade")
     bare.write_text(json.dumps(doc))
-    _named_as_asked(pytrees, [Incoming(bare, "b", {})] * 3, warned)
+    quiet = io.StringIO()
+    _named_as_asked(pytrees, [Incoming(bare, "b", {})] * 3, quiet)
+    assert quiet.getvalue() == ""
+    # a student's file nested deeper than the JSON parser goes is skipped, not a traceback
+    deep = tmp_path / "deep.ipynb"
+    deep.write_text('{"metadata": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    _named_as_asked(pytrees, [Incoming(deep, "d", {})] * 3, quiet)
+    from grader.intake.notebook import NotebookError, load_notebook
+
+    with pytest.raises(NotebookError, match="nested too deeply"):
+        load_notebook(deep)
 
 
 def test_course_is_taken_after_the_command_too_and_a_folder_without_a_course_is_named(tmp_path: Path) -> None:
@@ -593,3 +606,16 @@ def test_a_long_check_says_it_is_still_checking(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setattr(check_server, "STILL_CHECKING_AFTER", 60.0)
     code, _, err = run("--course", str(course), "check", "--no-server", "--assignment", "double", str(nb))
     assert code == 0 and "still checking" not in err
+
+
+def test_any_metadata_grades_notebooks_that_say_they_are_another_assignment(tmp_path: Path) -> None:
+    """The stop is the TA's to lift: the metadata is the students' to write."""
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    for who in ("a", "b", "c"):
+        shutil.copy(ROOT / "examples/class/alice.ipynb", subs / f"{who}.ipynb")
+    argv = ["grade", "--assignment", "pytrees", "--out", str(tmp_path / "o"), "--jobs", "2", str(subs)]
+    assert run(*argv)[0] == 2
+    code, _, err = run(*argv, "--any-metadata")
+    assert code == 0, err
+    assert "done: 3 submission(s) (graded 3," in err

@@ -70,6 +70,8 @@ def load_notebook(path: Path) -> LoadedNotebook:
         raise NotebookError(
             f"{path}: is not a notebook: invalid JSON at line {exc.lineno}, column {exc.colno} ({exc.msg})"
         ) from None
+    except RecursionError:  # JSON nested deeper than Python's parser goes
+        raise NotebookError(f"{path}: is not a notebook: JSON nested too deeply to read") from None
     if not isinstance(data, dict) or ("cells" not in data and "worksheets" not in data):
         raise NotebookError(f"{path}: is not a notebook: JSON without a 'cells' list")
     major = data.get("nbformat")
