@@ -143,7 +143,8 @@ def _close(actual: Any, expected: Any, path: str, rtol: float | None, atol: floa
         return
     if expected is None or isinstance(expected, str):
         if actual != expected or type(actual) is not type(expected):
-            raise CheckFailure(f"{path}: expected {expected!r}, got {_describe(actual)}")
+            want = repr(expected) if STUDENT_TEXT_SHOWN.get() or expected is None else "another string"
+            raise CheckFailure(f"{path}: expected {want}, got {_describe(actual)}")
         return
     if isinstance(expected, PRNGKeyData):
         if not isinstance(actual, PRNGKeyData) or not np.array_equal(actual.data, expected.data):
@@ -579,13 +580,20 @@ def _calls(calls: list[Any]) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
 
 
 def _describe_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    parts = [
-        f"array{tuple(np.shape(a))}"
-        if isinstance(a, np.ndarray) and a.ndim
-        else repr(a if not isinstance(a, np.generic) else a.item())
-        for a in args
-    ]
-    parts += [f"{k}={v!r}" for k, v in kwargs.items()]
+    """A call's arguments for a message: arrays by shape; other values (a scalar, a static
+    setting) as they are, except in a hidden test, where they are hidden inputs too and only
+    their kind is named (``f(a float, array(2, 5), n=an int)``)."""
+    shown = STUDENT_TEXT_SHOWN.get()
+
+    def value(v: Any) -> str:
+        v = v.item() if isinstance(v, np.generic) else v
+        if shown or v is None:
+            return repr(v)
+        kind = type(v).__name__
+        return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+
+    parts = [f"array{tuple(np.shape(a))}" if isinstance(a, np.ndarray) and a.ndim else value(a) for a in args]
+    parts += [f"{k}={value(v)}" for k, v in kwargs.items()]
     return "(" + ", ".join(parts) + ")"
 
 

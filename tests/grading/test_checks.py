@@ -428,3 +428,27 @@ def test_a_hidden_tests_student_raised_carries_none_of_the_sandboxs_text() -> No
     assert known.message == "`f` raised ValueError at cell 2, line 2: `return g(x)`"
     assert known.says("inconsistent sizes") and "in_axes" in taught(known)
     assert "0.123" in StudentRaised("f", "ValueError", evalue, None).message  # public tests keep it
+
+
+def test_hidden_tests_name_arguments_strings_and_keys_by_kind_only() -> None:
+    """A hidden test's scalar arguments, static settings, expected strings and PRNG keys are hidden
+    inputs (or carry them): its messages name their kind, where a public test's quote them (a
+    review found `f_jittable(3.28...)` in a hidden test's message)."""
+    from grader.grading.checks import PRNGKeyData, _describe_call
+
+    args, kwargs = (np.float32(3.25), np.zeros((2, 5), np.float32), None), {"n": 7}
+    assert _describe_call(args, kwargs) == "(3.25, array(2, 5), None, n=7)"
+    with quoting_actual_values(False):
+        assert _describe_call(args, kwargs) == "(a float, array(2, 5), None, n=an int)"
+        with pytest.raises(CheckFailure) as text:
+            assert_close("mine", "the secret")
+        with pytest.raises(CheckFailure) as key:
+            assert_close(
+                PRNGKeyData("threefry", np.array([1, 2], np.uint32)),
+                PRNGKeyData("threefry", np.array([0, 42], np.uint32)),
+            )
+    assert "secret" not in text.value.message and "expected another string" in text.value.message
+    assert "42" not in key.value.message and "expected another PRNG key" in key.value.message
+    with pytest.raises(CheckFailure) as shown:
+        assert_close("mine", "the secret")
+    assert "expected 'the secret'" in shown.value.message
