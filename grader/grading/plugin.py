@@ -61,11 +61,29 @@ def read_meta(item: pytest.Item, share: int, default_visibility: str) -> TestMet
         )
     visibility = "visible" if item.get_closest_marker("visible") else default_visibility
     doc = getattr(getattr(item, "function", None), "__doc__", None) or ""
-    # the docstring's first sentence, which may wrap onto the next lines
-    para = " ".join(line.strip() for line in doc.strip().split("\n\n")[0].splitlines())
+    title = _title(doc)
+    return TestMeta(float(pm.args[0]) / share, str(cm.args[0]), visibility, title)
+
+
+#: Characters of a test's title at most (students read it, hidden tests' too).
+TITLE_MAX = 200
+
+
+def _title(doc: str) -> str:
+    """A test's title, shown to students (hidden tests' too): its docstring's first sentence,
+    which may wrap onto the next lines, up to a line that ends with a colon (a list follows),
+    and at most :data:`TITLE_MAX` characters, cut at a word."""
+    lines: list[str] = []
+    for line in doc.strip().split("\n\n")[0].splitlines():
+        lines.append(line.strip())
+        if line.rstrip().endswith(":"):
+            break
+    para = " ".join(lines)
     first = re.match(r"(.+?[.!?])(?:\s|$)", para)
     title = first.group(1) if first else para
-    return TestMeta(float(pm.args[0]) / share, str(cm.args[0]), visibility, title)
+    if len(title) > TITLE_MAX:
+        title = title[:TITLE_MAX].rsplit(" ", 1)[0] + "…"
+    return title
 
 
 def _failure(excinfo: Any) -> tuple[str, str, str]:

@@ -287,3 +287,15 @@ def test_a_title_is_the_docstrings_first_sentence_even_where_it_wraps(tmp_path: 
     a = make_course(tmp_path, hidden)
     results, errors = run_tests(a, Fake({"double": lambda x: 2 * x}))
     assert errors == [] and results[0].title == "double doubles its input (floats, ints and arrays)."
+
+
+def test_a_title_stops_before_a_list_and_is_capped() -> None:
+    """Titles are shown for hidden tests too: not a list of the hidden cases that follows a colon,
+    nor a paragraph without a period (a review)."""
+    from grader.grading.plugin import TITLE_MAX, _title
+
+    assert (
+        _title("double doubles on these hidden cases:\n    x = 3.25, 7.5\n") == "double doubles on these hidden cases:"
+    )
+    long = _title("word " * 100)
+    assert len(long) <= TITLE_MAX + 1 and long.endswith("word…")
