@@ -99,6 +99,9 @@ NO_COURSE_TIP = (
 )
 
 
+_NOTED: set[Path] = set()  # the courses this process said it uses from where jaxgrade is installed
+
+
 def _course(args: argparse.Namespace, start: Path | None = None) -> Path:
     """The course directory: --course, else found from ``start`` (default: the working directory)."""
     if args.course:
@@ -115,7 +118,8 @@ def _course(args: argparse.Namespace, start: Path | None = None) -> Path:
     except NoCourseError as exc:
         raise CliError(str(exc), NO_COURSE_TIP) from None
     here = (Path.cwd() if start is None else Path(start)).resolve()
-    if root not in (here, *here.parents):  # an editable install's own course repository
+    if root not in (here, *here.parents) and root not in _NOTED:  # an editable install's own course repository
+        _NOTED.add(root)
         print(
             f"note: no {COURSE_FILE} in {here} or its parents: using the course jaxgrade is installed from, {root} "
             "(--course DIR names another)",
@@ -1095,8 +1099,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     li = sub.add_parser("list", help="list the course's assignments with points per category")
     li.set_defaults(func=cmd_list)
-    for sp in sub.choices.values():  # `jaxgrade grade --course DIR ...` as well as `jaxgrade --course DIR grade ...`
-        sp.add_argument("--course", default=argparse.SUPPRESS, help="the course directory (with grading.yaml)")
+    # `jaxgrade grade --course DIR ...` as well as `jaxgrade --course DIR grade ...`, and in the
+    # commands of a command (`jaxgrade post canvas ... --course DIR`)
+    commands = list(sub.choices.values())
+    while commands:
+        sp = commands.pop()
+        nested = [a for a in sp._actions if isinstance(a, argparse._SubParsersAction)]
+        if nested:
+            commands += [c for a in nested for c in a.choices.values()]
+        else:
+            sp.add_argument("--course", default=argparse.SUPPRESS, help="the course directory (with grading.yaml)")
     return p
 
 
@@ -1111,6 +1123,10 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
         return _fail(exc, err)
     except SandboxSetupError as exc:
         return _fail(CliError(str(exc), "See the README's section on installing jaxgrade for grading."), err)
+    except BrokenPipeError:  # `jaxgrade list | head -1`: the reader has what it wanted
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 141
     except KeyboardInterrupt:
         kept = "; results written so far are kept" if getattr(args, "command", "") == "grade" else ""
         print(f"jaxgrade: interrupted{kept}", file=err)

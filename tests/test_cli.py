@@ -619,3 +619,26 @@ def test_any_metadata_grades_notebooks_that_say_they_are_another_assignment(tmp_
     code, _, err = run(*argv, "--any-metadata")
     assert code == 0, err
     assert "done: 3 submission(s) (graded 3," in err
+
+
+def test_course_is_taken_by_a_command_of_a_command(tmp_path: Path) -> None:
+    """`jaxgrade post canvas --from o --course C` said "unrecognized arguments" (a review)."""
+    from grader.cli import build_parser
+
+    args = build_parser().parse_args(["post", "canvas", "--from", "o", "--course", str(tmp_path)])
+    assert args.course == str(tmp_path)
+    assert build_parser().parse_args(["list"]).course is None
+
+
+def test_a_course_found_where_jaxgrade_is_installed_is_noted_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Outside a course folder, an editable install uses its repository's course: it says so."""
+    from grader import cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(cli, "_NOTED", set())
+    for _ in range(2):
+        assert main(["list"], out=io.StringIO(), err=io.StringIO()) == 0
+    note = f"note: no grading.yaml in {tmp_path.resolve()} or its parents: using the course jaxgrade is installed from, {ROOT}"
+    assert capsys.readouterr().err.count(note) == 1
