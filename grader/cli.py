@@ -54,7 +54,7 @@ from grader.host.sandbox import (
     resource_warning,
 )
 from grader.intake.collect import Incoming, IntakeError, IntakeReport, collect
-from grader.intake.notebook import MAX_NOTEBOOK_BYTES, NotebookError, load_notebook
+from grader.intake.notebook import MAX_NOTEBOOK_BYTES, NotebookError, load_notebook, named_assignment
 from grader.publish import canvas, exports
 from grader.publish.output import write_atomic
 
@@ -359,7 +359,8 @@ def _watch(args: argparse.Namespace, assignment: Assignment, path: Path, out: Te
                     session, ahead = ready_ahead(ahead, assignment, path, args.isolation), None
                     t0 = time.monotonic()
                     # a bug of ours is said as a plain check says it (grader_error), and the watch goes on
-                    rec = grade_one(assignment, path, public_only=True, isolation=args.isolation, session=session)
+                    with _still_checking(assignment, err):
+                        rec = grade_one(assignment, path, public_only=True, isolation=args.isolation, session=session)
                     session = None  # grade_notebook closed it
                     checked = digest
                     if args.json:
@@ -470,11 +471,10 @@ def _named_as_asked(assignment: Assignment, submissions: list[Incoming], err: Te
         try:
             if sub.path.stat().st_size > MAX_NOTEBOOK_BYTES:
                 continue
-            meta = json.loads(sub.path.read_bytes()).get("metadata", {}).get("jaxgrade", {})
-        except (OSError, ValueError, AttributeError, RecursionError, MemoryError):  # a student's file
+            named = named_assignment(json.loads(sub.path.read_bytes()))
+        except (OSError, ValueError, RecursionError, MemoryError):  # a student's file
             continue
-        named = meta.get("assignment") if isinstance(meta, dict) else None
-        if isinstance(named, str):
+        if named is not None:
             names[named] += 1
     if not names:
         return

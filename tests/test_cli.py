@@ -608,6 +608,39 @@ def test_a_long_check_says_it_is_still_checking(tmp_path: Path, monkeypatch: pyt
     assert code == 0 and "still checking" not in err
 
 
+def test_a_long_check_under_watch_says_it_is_still_checking(tmp_path: Path) -> None:
+    """`check --watch` says it too: a save that starts a cell looping forever was met with silence."""
+    import signal
+    import subprocess
+    import sys
+
+    from tests.minicourse import as_from_a_terminal, make_minicourse, notebook
+
+    course = make_minicourse(tmp_path / "course", "{cell_timeout: 5}")
+    doc = json.loads(notebook("full"))
+    doc["cells"].append({"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+                         "source": "import time\ntime.sleep(2)"})  # fmt: skip
+    nb = tmp_path / "slow.ipynb"
+    nb.write_text(json.dumps(doc))
+    argv = ["--course", str(course), "check", "--assignment", "double", "--watch", "--json", str(nb)]
+    start = (
+        "import sys; from grader.grading import check_server; check_server.STILL_CHECKING_AFTER = 0.5; "
+        f"from grader.entry import main; sys.exit(main({argv!r}))"
+    )
+    proc = subprocess.Popen(
+        as_from_a_terminal([sys.executable, "-c", start]), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert json.loads(_read_line(proc, 180))["score"] == 2.0
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "(still checking after 0.5 s: a cell that does not finish is stopped after 5 s" in err
+
+
 def test_any_metadata_grades_notebooks_that_say_they_are_another_assignment(tmp_path: Path) -> None:
     """The stop is the TA's to lift: the metadata is the students' to write."""
     subs = tmp_path / "subs"

@@ -93,6 +93,12 @@ def _expected(value: Any) -> str:
     return f": {_got(value[0])}expected {value[1]!r}" if STUDENT_TEXT_SHOWN.get() else ""
 
 
+def _kind(x: Any) -> str:
+    """A value's type with its article: ``an int``, ``a float``."""
+    kind = type(x).__name__
+    return f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind}"
+
+
 def _describe(x: Any) -> str:
     if isinstance(x, np.ndarray):
         return f"an array of shape {x.shape} and dtype {x.dtype}"
@@ -100,7 +106,7 @@ def _describe(x: Any) -> str:
         return f"a {type(x).__name__} of length {len(x)}"
     if isinstance(x, dict):
         return f"a dict with keys {sorted(map(str, x))}" if STUDENT_TEXT_SHOWN.get() else f"a dict with {len(x)} keys"
-    return f"{type(x).__name__} {x!r}"[:200] if STUDENT_TEXT_SHOWN.get() else f"a {type(x).__name__}"
+    return f"{type(x).__name__} {x!r}"[:200] if STUDENT_TEXT_SHOWN.get() else _kind(x)
 
 
 def assert_close(
@@ -587,10 +593,7 @@ def _describe_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
 
     def value(v: Any) -> str:
         v = v.item() if isinstance(v, np.generic) else v
-        if shown or v is None:
-            return repr(v)
-        kind = type(v).__name__
-        return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+        return repr(v) if shown or v is None else _kind(v)
 
     parts = [f"array{tuple(np.shape(a))}" if isinstance(a, np.ndarray) and a.ndim else value(a) for a in args]
     parts += [f"{k}={value(v)}" for k, v in kwargs.items()]

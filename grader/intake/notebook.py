@@ -31,12 +31,19 @@ class LoadedNotebook:
 
     @property
     def assignment(self) -> str | None:
-        meta = self.node.get("metadata", {}).get("jaxgrade", {})
-        name = meta.get("assignment") if isinstance(meta, dict) else None
-        return name if isinstance(name, str) else None
+        return named_assignment(self.node)
 
     def code_cells(self) -> list[str]:
         return [c.source for c in self.node.cells if c.cell_type == "code"]
+
+
+def named_assignment(notebook: Any) -> str | None:
+    """The assignment a notebook's metadata names (``metadata.jaxgrade.assignment``, set in the
+    starter), or None; any shape of metadata is taken, as it is the student's to write."""
+    meta = notebook.get("metadata", {}) if isinstance(notebook, dict) else {}
+    meta = meta.get("jaxgrade", {}) if isinstance(meta, dict) else {}
+    name = meta.get("assignment") if isinstance(meta, dict) else None
+    return name if isinstance(name, str) else None
 
 
 def sha256_file(path: Path) -> str:
