@@ -161,6 +161,14 @@ class Gradebook:
         ).fetchone()
         return row is not None
 
+    def get(self, assignment: str, student: str, sha256: str, version: str) -> Record | None:
+        """The record kept for that submission graded by that version, or None."""
+        row = self._db.execute(
+            "SELECT record FROM results WHERE assignment=? AND student=? AND sha256=? AND version=?",
+            (assignment, student, sha256, version),
+        ).fetchone()
+        return Record.from_dict(json.loads(row[0])) if row else None
+
     def put(self, record: Record) -> None:
         """Store one graded submission (replacing a regrade of the same key) and commit."""
         with self._transaction():

@@ -3,7 +3,8 @@
 The command line (``jaxgrade grade``) is a thin layer over :class:`Batch`:
 
 1. :meth:`Batch.plan` drops every submission whose (student, sha256, assignment version) the
-   gradebook already holds, unless ``regrade``;
+   gradebook already holds, unless ``regrade``, and applies the due date and late policy as they
+   are now to those results (they are not part of the version: a moved deadline regrades nobody);
 2. :meth:`Batch.run` grades the rest, ``jobs`` at a time, and commits each record to the
    gradebook the moment it arrives (with its result JSON and feedback page), so a killed run
    loses only what was being graded;
@@ -39,7 +40,7 @@ from typing import TYPE_CHECKING
 from grader.batch.gradebook import AssignmentInfo, Gradebook
 from grader.course.late import apply_late
 from grader.grading.grade import LOST_ONCE, collect_points, grade_many
-from grader.grading.record import Record, cap_record
+from grader.grading.record import Record, cap_record, finite
 from grader.intake.notebook import sha256_file
 from grader.publish.exports import ExportMeta, plain_csv
 from grader.publish.feedback import write_feedback, write_report
@@ -115,6 +116,7 @@ class Batch:
         self.lost: list[Record] = []  # submissions whose trusted process died: not kept, graded next run
         self.lost_runs: dict[str, int] = {}  # student -> runs in a row that lost their submission
         self.bugs: list[Record] = []  # submissions whose grading raised (a grader bug): not kept either
+        self.related: list[Record] = []  # results kept whose lateness changed with the policy (see plan)
 
     @property
     def reserve_path(self) -> Path:
@@ -200,13 +202,49 @@ class Batch:
             self._gb = None
 
     def plan(self, incoming: list[Incoming], *, regrade: bool = False) -> list[Incoming]:
-        """The submissions that still need grading."""
+        """The submissions that still need grading.  Those kept get the due date and late policy
+        as they are now (:meth:`relate`); the students whose score that changed are in
+        :attr:`related`."""
         if regrade:
             return list(incoming)
-        name = self.assignment.name
-        return [
-            inc for inc in incoming if not self.gradebook.has(name, inc.student, sha256_file(inc.path), self.version)
-        ]
+        name, todo = self.assignment.name, []
+        for inc in incoming:
+            kept = self.gradebook.get(name, inc.student, sha256_file(inc.path), self.version)
+            if kept is None:
+                todo.append(inc)
+            elif self.relate(kept, inc):
+                self.related.append(kept)
+        return todo
+
+    def relate(self, rec: Record, inc: Incoming) -> bool:
+        """Apply the late policy and due date as they are now to a kept record, from its score
+        before any deduction; store it when that changes it (True).  They decide no test's
+        verdict, so moving a deadline regrades nobody."""
+        before = (rec.score, dict(rec.late))
+        if rec.late:
+            rec.score = finite(rec.late.get("raw_score", rec.score))
+        apply_late(
+            rec, self.assignment.late_policy, self.assignment.due, submitted_at=inc.submitted_at, flag=inc.late_flag
+        )
+        if (rec.score, rec.late) == before:
+            return False
+        try:
+            self.commit(rec)
+        except (OSError, sqlite3.Error) as exc:
+            if not is_disk_full(exc):
+                raise
+            raise DiskFull(
+                f"{self.out_dir}: the disk is full ({exc}) while applying the late policy to the results kept",
+                "Free space on that disk (or pass --out elsewhere) and run the same command again.",
+            ) from exc
+        return True
+
+    def commit(self, rec: Record) -> None:
+        """Store a result: the gradebook first (from then on it is never graded again), then its
+        record file and feedback page."""
+        self.gradebook.put(rec)
+        write_record(self.out_dir, rec)
+        write_feedback(self.out_dir, [rec], course=self.assignment.course.course, title=self.assignment.title)
 
     def run(self, todo: list[Incoming], *, jobs: int = 1, on_record: Callable[[Record], None] | None = None) -> None:
         if not todo:
@@ -215,10 +253,7 @@ class Batch:
         self.hold_reserve()
         by_path = {inc.path: inc for inc in todo}
 
-        def commit(rec: Record) -> None:
-            self.gradebook.put(rec)  # committed: from here on this submission is never graded again
-            write_record(self.out_dir, rec)
-            write_feedback(self.out_dir, [rec], course=self.assignment.course.course, title=self.assignment.title)
+        commit = self.commit
 
         def store(path: Path, rec: Record) -> None:
             self.complete(rec, by_path[path])

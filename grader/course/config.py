@@ -432,7 +432,10 @@ class Assignment:
 
     def fingerprint(self) -> dict[str, Any]:
         """What :meth:`version` digests, part by part (the grader's version, the settings, each
-        file's sha256 by its path in the course), so that two versions can say how they differ."""
+        file's sha256 by its path in the course), so that two versions can say how they differ.
+        Not the due date nor the late policy: they decide no test's verdict, and a batch applies
+        them as they are now to the results it keeps (a deadline moved for the class regrades
+        nobody)."""
         from grader import __version__
 
         settings = {
@@ -441,8 +444,6 @@ class Assignment:
             "functions": self.functions,
             "devices": self.config.devices,
             "tolerance": self.config.tolerance.model_dump(),
-            "due": self.due.isoformat() if self.due else None,
-            "late_policy": self.late_policy.model_dump(),
         }
         paths = [self.student_dir / ASSIGNMENT_FILE, self.solution]
         for folder in (self.public_tests, self.hidden_tests):
@@ -483,8 +484,9 @@ class Assignment:
         return salt
 
     def version(self) -> str:
-        """``<grader version>+<digest>``: changes when anything that decides a grade changes (the
-        tests, the reference, the settings, the grader), so that resumed batches regrade."""
+        """``<grader version>+<digest>``: changes when anything that decides a test's verdict
+        changes (the tests, the reference, the settings, the grader), so that resumed batches
+        regrade; the lateness is applied again without grading (:meth:`Batch.plan`)."""
         cached = self.__dict__.get("_version")  # once per run: a batch keys every row by it
         if cached is not None:
             return cached

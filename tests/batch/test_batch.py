@@ -22,6 +22,7 @@ import pytest
 
 from grader.batch.gradebook import Gradebook
 from grader.cli import main
+from grader.intake.notebook import sha256_file
 from tests.minicourse import EXPECTED, make_minicourse, notebook, procs_with
 
 pytestmark = pytest.mark.slow
@@ -140,6 +141,32 @@ def test_late_policy_from_a_canvas_flag(course: Path, tmp_path: Path) -> None:
     assert table[1][0].strip() == "Points Possible" and table[1][5] == "4"
     assert sorted((r[1], r[5]) for r in table[2:]) == [("1001", "3"), ("1002", "4")]
 
+    # the instructor doubles the late penalty after grading: applied to the results kept, nobody regraded
+    graded = rows(out)
+    yaml = course / "grading.yaml"
+    yaml.write_text(yaml.read_text().replace("percent_per_day: 25", "percent_per_day: 50"))
+    code, _, err = run("--course", str(course), "grade", "--assignment", "double", "--out", str(out), str(archive))
+    assert code == 0, err
+    assert "2 already graded" in err and "1 of them with a late deduction changed" in err and "(1001)" in err, err
+    assert rows(out) == graded  # no sandbox ran: same rows, same grading times
+    with Gradebook(out / "gradebook.db") as gb:
+        recs = {r.student: r for r in gb.records("double")}
+    assert recs["1001"].score == 2.0 and recs["1001"].late["percent"] == 50 and recs["1001"].late["raw_score"] == 4.0
+    assert recs["1002"].score == 4.0 and recs["1002"].late == {}
+    assert json.loads((out / "results" / "1001.json").read_text())["score"] == 2.0
+    assert 'data-percent="50" data-raw-score="4" data-final-score="2"' in (out / "feedback" / "1001.html").read_text()
+    table = {r["student"]: r for r in csv.DictReader(io.StringIO((out / "grades.csv").read_text()))}
+    assert (table["1001"]["score"], table["1001"]["raw_score"], table["1001"]["late_percent"]) == ("2", "4", "50")
+
+    # and forgives lateness flagged by the LMS: the raw score comes back
+    yaml.write_text(yaml.read_text().replace("percent_per_day: 50", "percent_per_day: 50, flag_days: 0"))
+    code, _, err = run("--course", str(course), "grade", "--assignment", "double", "--out", str(out), str(archive))
+    assert code == 0 and "1 of them with a late deduction changed" in err, err
+    with Gradebook(out / "gradebook.db") as gb:
+        assert {r.student: (r.score, r.late) for r in gb.records("double")} == {"1001": (4.0, {}), "1002": (4.0, {})}
+    code, _, err = run("--course", str(course), "grade", "--assignment", "double", "--out", str(out), str(archive))
+    assert code == 0 and "2 already graded" in err and "late deduction changed" not in err, err
+
 
 def test_sigkill_mid_batch_then_rerun_grades_everyone_exactly_once(course: Path, tmp_path: Path) -> None:
     students = make_class(tmp_path / "class", KINDS * 2)
@@ -221,3 +248,48 @@ def test_moodle_download_round_trip_and_gradescope_export(course: Path, tmp_path
     code, text, err = run("--course", str(course), "export", "--from", str(out), "--format", "canvas", "--out", "-")
     assert code == 0, err
     assert [r[1] for r in csv.reader(io.StringIO(text))][2:] == ["", ""]
+
+
+def test_a_moved_deadline_regrades_nobody_and_is_applied_to_the_results_kept(course: Path, tmp_path: Path) -> None:
+    """The due date and the late policy decide no test's verdict: they are not part of the
+    assignment's version, and a batch applies them as they are now to the results it keeps (a
+    TA who moved the deadline for the class regraded everyone, for hours)."""
+    from datetime import datetime, timezone
+
+    from grader.batch.run import Batch
+    from grader.course.config import load_course
+    from grader.grading.record import Record
+    from grader.intake.collect import Incoming
+
+    nb = tmp_path / "s.ipynb"
+    nb.write_text(notebook("full", salt="s"))
+    sha = sha256_file(nb)
+    inc = Incoming(nb, "s", {"lms": "gradescope"}, submitted_at=datetime(2026, 11, 3, 12, tzinfo=timezone.utc))
+    before = load_course(course).assignment("double")
+    out = tmp_path / "out"
+    with Batch(before, out) as batch:
+        rec = Record(assignment="double", student="s", submission_sha256=sha, status="graded", score=4.0, max_score=4.0)
+        batch.complete(rec, inc)
+        batch.commit(rec)
+        assert (rec.score, rec.late["days"]) == (2.0, 2)  # 2 days late, 25% a day
+
+    yaml = course / "grading.yaml"
+    yaml.write_text(yaml.read_text().replace("due: 2026-11-01T23:59:00+00:00", "due: 2026-11-02T23:59:00+00:00"))
+    moved = load_course(course).assignment("double")
+    assert moved.due != before.due and moved.version() == before.version()
+    with Batch(moved, out) as batch:
+        assert batch.plan([inc]) == []
+        assert [(r.student, r.score, r.late["days"], r.late["raw_score"]) for r in batch.related] == [
+            ("s", 3.0, 1, 4.0)
+        ]
+        assert [(r.score, r.late["due"]) for r in batch.gradebook.records("double")] == [
+            (3.0, "2026-11-02T23:59:00+00:00")
+        ]
+        assert json.loads((out / "results" / "s.json").read_text())["score"] == 3.0
+        assert batch.plan([inc], regrade=True) == [inc]
+
+    yaml.write_text(yaml.read_text().replace("due: 2026-11-02T23:59:00+00:00", "due: 2026-11-04T23:59:00+00:00"))
+    with Batch(load_course(course).assignment("double"), out) as batch:
+        assert batch.plan([inc]) == [] and [(r.score, r.late) for r in batch.related] == [(4.0, {})]
+    with Batch(load_course(course).assignment("double"), out) as batch:
+        assert batch.plan([inc]) == [] and batch.related == []  # nothing changed: nothing written

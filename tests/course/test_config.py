@@ -356,8 +356,16 @@ def test_assignment_version_follows_what_decides_grades(tmp_path: Path) -> None:
     hidden.write_text("# changed\n")
     after = load_course(tmp_path).assignment("demo").version()
     assert after != before
-    (tmp_path / "grading.yaml").write_text(GRADING + "    due: 2026-12-01T23:59:00+01:00\n")
-    assert load_course(tmp_path).assignment("demo").version() != after
+    (tmp_path / "grading.yaml").write_text(GRADING.replace("seed: 7", "seed: 8"))
+    reseeded = load_course(tmp_path).assignment("demo").version()
+    assert reseeded != after
+    # the due date and the late policy decide no verdict: a batch applies them to the results it keeps
+    (tmp_path / "grading.yaml").write_text(
+        GRADING.replace("seed: 7", "seed: 8")
+        + "    due: 2026-12-01T23:59:00+01:00\n"
+        + "late_policy: {percent_per_day: 10}\n"
+    )
+    assert load_course(tmp_path).assignment("demo").version() == reseeded
 
 
 def test_limits_config_matches_sandbox_limits() -> None:
