@@ -396,6 +396,7 @@ def cmd_grade(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if out_dir.exists() and not out_dir.is_dir():
         raise CliError(f"{out_dir}: not a directory", "Pass a directory for --out (it is created if needed).")
     _one_assignment_per_folder(out_dir, assignment.name)
+    made = not out_dir.exists()
     # the folder holds students' notebooks, names and grades: made private (the TA may open it up)
     out_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
@@ -403,10 +404,12 @@ def cmd_grade(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             [Path(s) for s in args.submissions], out_dir / "submissions", own_names=[assignment.starter.stem]
         )
     except IntakeError as exc:
+        _unmake(out_dir, made)
         raise CliError(exc.message, exc.tip) from None
     for line in intake.lines():
         print(line, file=err)
     if not intake.submissions:
+        _unmake(out_dir, made)
         raise CliError("no submissions found", "Pass notebooks (.ipynb), folders that contain them, or an LMS zip.")
     if not args.any_metadata:
         _named_as_asked(assignment, intake.submissions, err)
@@ -425,6 +428,18 @@ def cmd_grade(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(f"jaxgrade: error: {exc.message}", file=err)
         print(f"TIP: {exc.tip}", file=err)
         return EXIT_FAIL
+
+
+def _unmake(out_dir: Path, made: bool) -> None:
+    """Remove the ``--out`` folder this run made, where it holds nothing but empty folders (a
+    run that found nothing to grade left one behind)."""
+    if not made:
+        return
+    for folder in sorted((p for p in out_dir.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        with contextlib.suppress(OSError):
+            folder.rmdir()  # only an empty one
+    with contextlib.suppress(OSError):
+        out_dir.rmdir()
 
 
 def _one_assignment_per_folder(out_dir: Path, name: str) -> None:

@@ -73,6 +73,20 @@ def test_grade_missing_path(tmp_path: Path) -> None:
         f"jaxgrade: error: {tmp_path / 'none'}: no such file or directory\n"
         "TIP: Pass notebooks (.ipynb), folders of notebooks, or the zip your LMS gave you.\n"
     )
+    assert not (tmp_path / "o").exists()  # nothing left behind by a run that graded nothing
+
+
+def test_a_run_with_nothing_to_grade_leaves_no_output_folder(tmp_path: Path) -> None:
+    """An ``--out`` made for a run that found no notebook is removed; one that was there stays."""
+    empty = tmp_path / "class"
+    (empty / "alice").mkdir(parents=True)
+    (empty / "alice" / "report.pdf").write_bytes(b"%PDF-1.4")
+    code, _, err = run("grade", "--assignment", "vmap_convolve", "--out", str(tmp_path / "o"), str(empty))
+    assert code == 2 and "no submissions found" in err, err
+    assert not (tmp_path / "o").exists()
+    (tmp_path / "kept").mkdir()
+    code, _, err = run("grade", "--assignment", "vmap_convolve", "--out", str(tmp_path / "kept"), str(empty))
+    assert code == 2 and (tmp_path / "kept").is_dir()
 
 
 def test_grade_two_notebooks_for_one_student_grades_the_latest(tmp_path: Path) -> None:
