@@ -34,6 +34,7 @@ from grader.course import scaffold
 from grader.course.config import (
     COURSE_FILE,
     Assignment,
+    BrokenTestsError,
     CanvasConfig,
     ConfigError,
     NoCourseError,
@@ -86,6 +87,13 @@ def _fail(exc: CliError | ConfigError, err: TextIO) -> int:
     elif isinstance(exc, UnknownAssignmentError):
         print(f"jaxgrade: error: {exc}", file=err)
         print("TIP: check the assignment's name (`jaxgrade list` shows the course's assignments).", file=err)
+    elif isinstance(exc, BrokenTestsError):
+        print(f"jaxgrade: error: {exc}", file=err)
+        print(
+            f"TIP: fix the test file named above; `jaxgrade validate {exc.assignment}` checks the tests against "
+            "the reference, the starter and the mutants.",
+            file=err,
+        )
     else:
         print(f"jaxgrade: error: {exc}", file=err)
         print("TIP: fix the named setting and run the command again.", file=err)
@@ -400,16 +408,22 @@ def cmd_grade(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     # the folder holds students' notebooks, names and grades: made private (the TA may open it up)
     out_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
+        return _grade_into(args, assignment, out_dir, err)
+    except (CliError, ConfigError):
+        _unmake(out_dir, made)  # stopped before anything was graded: no empty folder left behind
+        raise
+
+
+def _grade_into(args: argparse.Namespace, assignment: Assignment, out_dir: Path, err: TextIO) -> int:
+    try:
         intake = collect(
             [Path(s) for s in args.submissions], out_dir / "submissions", own_names=[assignment.starter.stem]
         )
     except IntakeError as exc:
-        _unmake(out_dir, made)
         raise CliError(exc.message, exc.tip) from None
     for line in intake.lines():
         print(line, file=err)
     if not intake.submissions:
-        _unmake(out_dir, made)
         raise CliError("no submissions found", "Pass notebooks (.ipynb), folders that contain them, or an LMS zip.")
     if not args.any_metadata:
         _named_as_asked(assignment, intake.submissions, err)

@@ -47,6 +47,15 @@ class ConfigError(Exception):
     """A configuration file is missing or invalid; the message names the file, the key and what was expected."""
 
 
+class BrokenTestsError(ConfigError):
+    """An assignment's test files cannot be collected (a syntax error, an import, a marker): the
+    message names the file and the error."""
+
+    def __init__(self, assignment: str, message: str) -> None:
+        super().__init__(message)
+        self.assignment = assignment
+
+
 class UnmetRequirementError(ConfigError):
     """The installed packages do not meet an assignment's ``requires``."""
 

@@ -8,6 +8,7 @@ report lists what is left to write instead (:func:`grader.course.scaffold.todos`
 
 from __future__ import annotations
 
+import difflib
 import re
 import shutil
 import tempfile
@@ -18,7 +19,7 @@ import nbformat
 
 from grader.course.config import Assignment, ConfigError
 from grader.course.scaffold import todos
-from grader.grading.grade import filled_solutions, grade_many
+from grader.grading.grade import collect_points, filled_solutions, grade_many
 from grader.grading.record import CATEGORIES, Record
 from grader.intake.notebook import notebook_from_script
 
@@ -63,9 +64,10 @@ def mutant_category(path: Path) -> str:
     first = path.read_text(encoding="utf-8").splitlines()[:1]
     m = MUTANT_HEADER.match(first[0]) if first else None
     if not m or m.group(1) not in CATEGORIES:
+        close = difflib.get_close_matches(m.group(1), CATEGORIES, n=1) if m else []
         raise ConfigError(
             f"{path}: the first line must be `# jaxgrade-mutant: fails=<category>` with a category among "
-            f"{', '.join(CATEGORIES)}"
+            f"{', '.join(CATEGORIES)}" + (f"; did you mean fails={close[0]}?" if close else "")
         )
     return m.group(1)
 
@@ -102,6 +104,11 @@ def validate(assignment: Assignment, *, jobs: int = 2, isolation: str = "auto") 
     report = ValidationReport(assignment.name, todos=todos(assignment))
     if report.todos:
         return report  # grading a half-written assignment would only repeat the to-do list as failures
+    try:  # a test file that cannot be collected fails every grading below: said at once, not after them
+        collect_points(assignment)
+    except ConfigError as exc:
+        report.outcomes.append(Outcome("tests", "the public and hidden tests collect", False, str(exc)))
+        return report
     tmp = Path(tempfile.mkdtemp(prefix="jaxgrade-validate-"))
     try:
         subjects: dict[Path, tuple[str, str | None]] = {}

@@ -27,7 +27,7 @@ import pytest
 
 from grader import __version__
 from grader.batch.pool import Lost, Raised, TrustedPool
-from grader.course.config import ConfigError, check_requirements, load_course
+from grader.course.config import BrokenTestsError, check_requirements, load_course
 from grader.errors import SubmissionError
 from grader.grading import checks
 from grader.grading.plugin import GradingPlugin
@@ -813,7 +813,7 @@ def collect_points(assignment: Assignment, *, hidden: bool = True) -> dict[str, 
     with _fresh_test_modules(paths):
         pytest.main([*_pytest_args(assignment, paths), "--collect-only"], plugins=[plugin])
     if plugin.errors:
-        raise ConfigError("; ".join(plugin.errors))
+        raise BrokenTestsError(assignment.name, "; ".join(plugin.errors))
     points: dict[str, float] = {}
     for meta in plugin.collected:
         points[meta.category] = round(points.get(meta.category, 0.0) + meta.points, 6)

@@ -33,6 +33,37 @@ MARKERS = (
 )
 
 
+#: Frames of a traceback that are not the course's code: pytest's import machinery, the standard library.
+_NOT_THE_COURSES = re.compile(r"site-packages|dist-packages|[/\\]lib[/\\]python3\.\d+[/\\]|<frozen ")
+_FRAME = re.compile(r'\s*File "(?P<a>[^"]+)", line \d+|(?P<b>\S+\.py):\d+: in ')
+
+
+def collect_error(text: str) -> str:
+    """A test file's collection error as its author needs it: the frames of the course's own
+    files and the error, without pytest's import machinery (a broken test file showed twenty
+    lines of ``_pytest/python.py`` before its SyntaxError)."""
+    kept, skipping = [], False
+    for line in text.splitlines():
+        if line.startswith("E "):
+            kept.append(line[4:] if line.startswith("E   ") else line[2:])
+            skipping = False
+            continue
+        frame = _FRAME.match(line)
+        if frame:
+            skipping = bool(_NOT_THE_COURSES.search(frame.group("a") or frame.group("b")))
+        elif skipping and line.startswith(" "):
+            continue  # the source lines under a frame left out
+        else:
+            skipping = False
+        stripped = line.strip()
+        if skipping or (stripped and set(stripped) <= set("^~ ")):
+            continue
+        if line.startswith(("Hint: make sure your test modules", "Traceback")):
+            continue
+        kept.append(line)
+    return "\n".join(kept).strip() or text.strip()
+
+
 class MarkerError(Exception):
     """A test's markers are wrong (a staff mistake, reported as such)."""
 
@@ -181,7 +212,7 @@ class GradingPlugin:
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
-            self.errors.append(f"could not collect {report.nodeid}: {str(report.longrepr)[-1500:]}")
+            self.errors.append(f"could not collect {report.nodeid}: {collect_error(str(report.longrepr))[-1500:]}")
 
     def _folder_visibility(self, item: pytest.Item) -> str:
         """The visibility of the folder ``item``'s file is in (before any marker)."""

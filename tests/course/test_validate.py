@@ -86,8 +86,52 @@ def test_mutant_header_is_required(tmp_path: Path) -> None:
     p.write_text("# a mutant without its header\n")
     with pytest.raises(ConfigError, match="first line must be `# jaxgrade-mutant: fails=<category>`"):
         mutant_category(p)
+    p.write_text("# jaxgrade-mutant: fails=numeric\n")
+    with pytest.raises(ConfigError, match="did you mean fails=numerics"):
+        mutant_category(p)
     p.write_text("# jaxgrade-mutant: fails=numerics\n")
     assert mutant_category(p) == "numerics"
+
+
+@pytest.mark.parametrize(
+    ("broken", "said"),
+    [
+        ("def broken(:", ["line 17", "def broken(:", "SyntaxError: invalid syntax"]),
+        (
+            "import no_such_module_here",
+            ["test_hidden.py:17", "ModuleNotFoundError: No module named 'no_such_module_here'"],
+        ),
+        ("x = undefined_name + 1", ["line 17, in <module>", "NameError: name 'undefined_name' is not defined"]),
+    ],
+)
+def test_a_test_file_that_cannot_be_collected_is_said_at_once_and_plainly(
+    tmp_path: Path, broken: str, said: list[str]
+) -> None:
+    """validate graded every subject for half a minute before saying that a test file was
+    broken, once per subject, with pytest's import machinery: now it says so before grading,
+    once, with the course's frames and the error only; `grade` stops the same way, before
+    making anything."""
+    (tmp_path / "c").mkdir()
+    root = make_course(tmp_path / "c", {"off_by_one": OFF_BY_ONE})
+    hidden = root / "reference" / "toy" / "tests" / "test_hidden.py"
+    hidden.write_text(hidden.read_text() + broken + "\n")
+    assert len(hidden.read_text().splitlines()) == 17
+    report = validate(load_course(root).assignment("toy"), jobs=1)
+    assert [(o.label, o.ok) for o in report.outcomes] == [("tests", False)]
+    detail = report.outcomes[0].detail
+    assert detail.startswith("could not collect reference/toy/tests/test_hidden.py: ")
+    assert all(s in detail for s in said), detail
+    assert "_pytest" not in detail and "importlib" not in detail and "Hint:" not in detail
+
+    nb = tmp_path / "toy.ipynb"
+    nb.write_bytes((root / "assignments" / "toy" / "toy.ipynb").read_bytes())
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["--course", str(root), "grade", "--assignment", "toy", "--out", str(tmp_path / "o"), str(nb)]
+    assert main(argv, out=out, err=err) == 2
+    assert (
+        said[-1] in err.getvalue() and "TIP: fix the test file named above; `jaxgrade validate toy`" in err.getvalue()
+    )
+    assert not (tmp_path / "o").exists()
 
 
 def test_every_alternative_solution_must_earn_full_marks(tmp_path: Path) -> None:
