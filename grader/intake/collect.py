@@ -91,6 +91,10 @@ class IntakeReport:
         if late:
             head += f", {late} marked late by the LMS"
         out = [head]
+        folders = [s.student for s in self.submissions if "folder" in s.identity]
+        if folders:
+            shown = ", ".join(folders[:5]) + (", ..." if len(folders) > 5 else "")
+            out.append(f"  a folder per student: {len(folders)} student id(s) are their folder's name ({shown})")
         for s in self.submissions:
             if s.ignored:
                 out.append(

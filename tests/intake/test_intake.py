@@ -731,6 +731,8 @@ def test_a_folder_per_student_with_the_assignments_notebook_name(tmp_path: Path)
     assert subs["carol"].identity["original"] == "vmap_convolve.ipynb"
     assert subs["alice"].ignored == (str(d / "alice" / "bob" / "vmap_convolve.ipynb"),)  # the planted one
     assert (str(d / "alice" / "scratch.ipynb"), intake.OTHER_IN_FOLDER) in report.skipped
+    # the TA is told where the ids came from
+    assert "  a folder per student: 4 student id(s) are their folder's name (alice, bob, carol, dave)" in report.lines()
     # nbgrader's layout, the assignment's folder named otherwise (submitted/<student>/hw1/<notebook>)
     for who in ("erin", "frank"):
         (tmp_path / "submitted" / who / "hw1").mkdir(parents=True)
