@@ -71,6 +71,12 @@ TEACHING = [
         [],
     ),
     (
+        "fit_sum_not_mean.ipynb",
+        "test_fit_linear_regression_numerics[defaults]",
+        ["2 of them NaN or infinite where finite values are expected"],
+        ["diverged", "the loss is a mean"],
+    ),
+    (
         "gradient_ascent.ipynb",
         "test_fit_linear_regression_recovers_the_line",
         ["did not recover the line"],

@@ -200,15 +200,26 @@ def _close(actual: Any, expected: Any, path: str, rtol: float | None, atol: floa
         bad = ~ok
         err_for_max = np.where(bad, np.nan_to_num(err, nan=np.inf), -1.0)
         idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(err_for_max)), act.shape)) if act.shape else ()
+        blown = int(np.sum(bad & ~np.isfinite(act64) & np.isfinite(exp64)))
         raise CheckFailure(
             f"{path}: {int(bad.sum())} of {bad.size} values differ (rtol={r:g}, atol={a:.3g}); "
+            + (f"{blown} of them NaN or infinite where finite values are expected; " if blown else "")
             + (
                 f"largest error {float(np.real(err_for_max[idx])):.4g} at index {idx}"
                 if STUDENT_TEXT_SHOWN.get()
                 else f"at index {idx}"
             )
-            + _expected((act[idx], exp[idx]))
+            + _expected((act[idx], exp[idx])),
+            _NOT_FINITE_HINT if blown else "",
         )
+
+
+_NOT_FINITE_HINT = (
+    "NaN or inf where numbers are expected: a computation overflowed or divided by zero. In a loop "
+    "of updates (gradient descent) the iterates usually diverged: check the update's sign "
+    "(`theta - lr * grad`), that the loss is a mean where the task says so, and the step size; "
+    "elsewhere look for a log of 0, a square root of a negative number, or 0/0."
+)
 
 
 def _shape_text(shape: tuple[int, ...]) -> str:

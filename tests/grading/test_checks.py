@@ -203,6 +203,20 @@ def test_check_jit_accept_judges_a_module_without_a_reference() -> None:
         check_jit(FakeSubmission({"f": _conv}), "f", ARGS, accept=only_zeros)
 
 
+def test_values_that_blew_up_are_named_with_a_hint() -> None:
+    """A diverging fit returns NaN or inf: the message counts them and the hint says where they
+    come from; NaN where NaN is expected is no error, and a plain wrong value gets no such hint."""
+    exp = np.array([2.0, -0.5, np.nan, 1.0], np.float32)
+    with pytest.raises(CheckFailure) as e:
+        assert_close(np.array([np.nan, np.inf, np.nan, 1.0], np.float32), exp)
+    assert "2 of 4 values differ" in e.value.message and "2 of them NaN or infinite" in e.value.message
+    assert "diverged" in e.value.hint and "0/0" in e.value.hint
+    with pytest.raises(CheckFailure) as e:
+        assert_close(np.array([2.5, -0.5, np.nan, 1.0], np.float32), exp)
+    assert "NaN" not in e.value.message and e.value.hint == ""
+    assert_close(np.array([2.0, -0.5, np.nan, 1.0], np.float32), exp)
+
+
 def test_check_vectorized() -> None:
     cases = [ARGS, (np.ones((5, 5), np.float32), np.ones((5, 3), np.float32))]
     check_vectorized(
