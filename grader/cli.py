@@ -591,6 +591,12 @@ def _grade_batch(batch: Batch, intake: IntakeReport, args: argparse.Namespace, o
         records = batch.finish(intake.submissions)
         lost, bugs, runs = list(batch.lost), list(batch.bugs), dict(batch.lost_runs)
     _summary(records, progress.elapsed, f"{len(todo)} submission(s) ({progress.counts()})", out_dir, err)
+    if intake.no_notebook:
+        print(
+            f"note: no notebook graded for {len(intake.no_notebook)} student(s) who sent other files, and they "
+            f"have no row: {intake.no_notebook_text()}",
+            file=err,
+        )
     if bugs:
         print(
             f"jaxgrade: error: {len(bugs)} submission(s) not graded: grading them raised, a bug in jaxgrade "

@@ -11,7 +11,7 @@ import stat
 import zipfile
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path, PurePosixPath
@@ -80,6 +80,10 @@ class Incoming:
 class IntakeReport:
     submissions: list[Incoming]
     skipped: list[tuple[str, str]]  # (entry or file name, reason)
+    #: students whose uploads hold files but no notebook (a PDF, a zip), where the source names
+    #: the student (an LMS download, a folder per student): who (the id, and the LMS's name for
+    #: them) -> the names of those files.  They get no row.
+    no_notebook: dict[str, list[str]] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
         """A human-readable summary for the CLI."""
@@ -112,7 +116,20 @@ class IntakeReport:
         for reason, names in quiet.items():
             shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
             out.append(f"  skipped {len(names)} file(s), {reason}: {shown}")
+        if self.no_notebook:
+            out.append(
+                f"  no notebook graded for {len(self.no_notebook)} student(s) who sent other files (no row): "
+                + self.no_notebook_text()
+            )
         return out
+
+    def no_notebook_text(self, most: int = 5) -> str:
+        """``bob (hw.pdf), carol (hw.zip, notes.txt)``, the first ``most`` students."""
+        shown = [
+            f"{who}: {', '.join(files[:3])}" + (", ..." if len(files) > 3 else "")
+            for who, files in list(self.no_notebook.items())[:most]
+        ]
+        return ", ".join(shown) + (", ..." if len(self.no_notebook) > most else "")
 
 
 class IntakeError(Exception):
@@ -237,13 +254,17 @@ def collect(
     cands: list[_Cand] = []
     seen_files: set[Path] = set()
     archives: dict[Path, _Archive] = {}
+    owners: list[tuple[str, str, str]] = []  # (student, who, file name) of the files that are not notebooks
     with ExitStack() as stack:
         for raw in inputs:
             p = Path(raw)
             if p.is_dir():
-                found = _scan_dir(p, staging, skipped, seen_files)
-                rel = {id(c): c.disk.relative_to(p).parts for c in found if c.disk is not None}
-                cands += _per_student_folders(found, rel, own, skipped)
+                others: list[_Cand] = []
+                found = _scan_dir(p, staging, skipped, seen_files, others)
+                rel = {id(c): c.disk.relative_to(p).parts for c in [*found, *others] if c.disk is not None}
+                chosen = _per_student_folders(found, rel, own, skipped)
+                cands += chosen
+                owners += _owners(others, rel, chosen)
             elif p.is_file():
                 real = p.resolve()
                 if _is_notebook_name(p.name):
@@ -259,9 +280,12 @@ def collect(
                 taken = {a.dirname.casefold() for a in archives.values()}
                 archive = _Archive(p, zf, _unique(safe_name(p.stem), taken))
                 archives[real] = archive
-                found = _scan_zip(archive, limits, skipped)
-                rel = {id(c): PurePosixPath(_entry_name(c.info)).parts for c in found if c.info is not None}
-                cands += _per_student_folders(found, rel, own, skipped)
+                others = []
+                found = _scan_zip(archive, limits, skipped, others)
+                rel = {id(c): PurePosixPath(_entry_name(c.info)).parts for c in [*found, *others] if c.info is not None}
+                chosen = _per_student_folders(found, rel, own, skipped)
+                cands += chosen
+                owners += _owners(others, rel, chosen)
             else:
                 raise IntakeError(
                     f"{p}: no such file or directory. Pass notebooks (.ipynb), folders of notebooks, "
@@ -269,7 +293,30 @@ def collect(
                 )
         budgets = {id(a): _Budget(limits.max_total_bytes) for a in archives.values()}
         submissions = _choose(cands, staging, limits, budgets, skipped)
-    return IntakeReport(submissions, skipped)
+    graded = {s.student for s in submissions}
+    no_notebook: dict[str, list[str]] = defaultdict(list)
+    for who, label, name in sorted(owners):
+        if who not in graded:
+            no_notebook[label].append(name)
+    return IntakeReport(submissions, skipped, dict(no_notebook))
+
+
+def _owners(others: list[_Cand], rel: dict[int, tuple[str, ...]], chosen: list[_Cand]) -> list[tuple[str, str, str]]:
+    """Whose the files that are not notebooks are, where the source says it: an LMS download's
+    names, or a folder per student (where :func:`_per_student_folders` applied to the input).
+    A loose file's stem says nothing (``alice_report.pdf`` beside ``alice.ipynb``)."""
+    per_student = any("folder" in c.identity for c in chosen)
+    out = []
+    for o in others:
+        if o.identity.get("lms") != "file":
+            name = o.identity.get("name")
+            out.append(
+                (o.student, f"{o.student} ({name})" if name else o.student, o.identity.get("original", o.display))
+            )
+        elif per_student and len(rel.get(id(o), ())) >= 2:
+            top, *inner = rel[id(o)]
+            out.append((top, top, "/".join(inner)))
+    return out
 
 
 def _per_student_folders(
@@ -378,13 +425,18 @@ def _junk_reason(parts: list[str]) -> str | None:
     return None
 
 
-def _scan_zip(archive: _Archive, limits: ArchiveLimits, skipped: list[tuple[str, str]]) -> list[_Cand]:
+def _scan_zip(
+    archive: _Archive, limits: ArchiveLimits, skipped: list[tuple[str, str]], others: list[_Cand] | None = None
+) -> list[_Cand]:
+    """Notebooks in an archive; ``others`` gets a candidate for each file that is not one (a PDF,
+    a nested zip), to say whose it is."""
     zf = archive.zf
     label = archive.path.name
     notebooks: list[tuple[zipfile.ZipInfo, list[str], str]] = []
     metas: dict[tuple[str, ...], dict[str, Any]] = {}
     found_metas: list[tuple[tuple[str, ...], tuple[zipfile.ZipInfo, str]]] = []
     tops: set[str] = set()  # top-level folders of the archive ("" for files at its top level)
+    other_files: list[tuple[zipfile.ZipInfo, list[str], str]] = []
     total = 0
     for info in zf.infolist():
         name = _entry_name(info)
@@ -412,6 +464,8 @@ def _scan_zip(archive: _Archive, limits: ArchiveLimits, skipped: list[tuple[str,
             continue
         if kind != _NOTEBOOK:
             skipped.append((display, kind))
+            if kind in (NOT_NOTEBOOK, NESTED):
+                other_files.append((info, parts, display))
             continue
         if info.flag_bits & 0x1:
             skipped.append((display, ENCRYPTED))
@@ -455,6 +509,9 @@ def _scan_zip(archive: _Archive, limits: ArchiveLimits, skipped: list[tuple[str,
             out.append(_candidate(parts, metas, display, stamp, archive=archive, info=info))
         except _Refused as exc:
             skipped.append((display, str(exc)))
+    for info, parts, display in other_files if others is not None else []:
+        with suppress(_Refused):
+            others.append(_candidate(parts, metas, display, None, archive=archive, info=info))
     return out
 
 
@@ -538,11 +595,15 @@ def _extract(cand: _Cand, dest: Path, limits: ArchiveLimits, budget: _Budget) ->
 # --------------------------------------------------------------------------- folders
 
 
-def _scan_dir(root: Path, staging: Path, skipped: list[tuple[str, str]], seen: set[Path]) -> list[_Cand]:
-    """Notebooks under a folder; the folder's own name takes part in recognising Moodle folders."""
+def _scan_dir(
+    root: Path, staging: Path, skipped: list[tuple[str, str]], seen: set[Path], others: list[_Cand] | None = None
+) -> list[_Cand]:
+    """Notebooks under a folder; the folder's own name takes part in recognising Moodle folders.
+    ``others`` gets a candidate for each file that is not a notebook, to say whose it is."""
     skip_dirs = {staging.resolve()} if staging.exists() else set()
     top = root.resolve().name
     notebooks: list[tuple[Path, list[str]]] = []
+    other_files: list[tuple[Path, list[str]]] = []
     metas: dict[tuple[str, ...], dict[str, Any]] = {}
     found_metas: list[tuple[tuple[str, ...], Path]] = []
     for dirpath, dirnames, filenames in os.walk(root):
@@ -578,6 +639,8 @@ def _scan_dir(root: Path, staging: Path, skipped: list[tuple[str, str]], seen: s
                 continue
             if kind != _NOTEBOOK:
                 skipped.append((str(p), kind))
+                if kind in (NOT_NOTEBOOK, NESTED):
+                    other_files.append((p, parts))
                 continue
             notebooks.append((p, parts))
     for folder, p in found_metas:
@@ -601,6 +664,9 @@ def _scan_dir(root: Path, staging: Path, skipped: list[tuple[str, str]], seen: s
             out.append(_candidate(parts, metas, str(p), _mtime(p), disk=p))
         except _Refused as exc:
             skipped.append((str(p), str(exc)))
+    for p, parts in other_files if others is not None else []:
+        with suppress(_Refused):
+            others.append(_candidate(parts, metas, str(p), None, disk=p))
     return out
 
 

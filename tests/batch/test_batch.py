@@ -123,9 +123,14 @@ def test_late_policy_from_a_canvas_flag(course: Path, tmp_path: Path) -> None:
     with zipfile.ZipFile(archive, "w") as z:
         z.writestr("doejane_LATE_1001_9001_double.ipynb", notebook("full", salt="a"))
         z.writestr("roesam_1002_9002_double.ipynb", notebook("full", salt="b"))
+        z.writestr("poeedgar_1003_9003_double.pdf", b"%PDF-1.4")  # no notebook: no row, but named
     out = tmp_path / "out"
     code, _, err = run("--course", str(course), "grade", "--assignment", "double", "--out", str(out), str(archive))
     assert code == 0, err
+    assert (
+        "note: no notebook graded for 1 student(s) who sent other files, and they have no row: 1003 (poeedgar): double.pdf"
+        in err
+    )
     with Gradebook(out / "gradebook.db") as gb:
         recs = {r.student: r for r in gb.records("double")}
     assert recs["1001"].score == 3.0 and recs["1001"].late["days"] == 1 and recs["1001"].late["raw_score"] == 4.0

@@ -750,3 +750,54 @@ def test_a_folder_per_student_with_the_assignments_notebook_name(tmp_path: Path)
     assert sorted(by_student(collect([d / "bob"], tmp_path / "s", own_names=["vmap_convolve"]))) == ["vmap_convolve"]
     # without the assignment's name (the old rule): one student, the others set aside
     assert [s.student for s in collect([d], tmp_path / "s").submissions].count("vmap_convolve") == 1
+
+
+def test_students_who_sent_files_but_no_notebook_are_named(tmp_path: Path) -> None:
+    """A student who uploaded only a PDF (or a zip of the notebook) got no row and was named
+    nowhere but among skipped files (a TA's walkthrough).  Where the source says whose a file
+    is (an LMS download, a folder per student) the intake names them; a loose file's stem says
+    nothing, and a student whose notebook was graded is not named for a PDF beside it."""
+    canvas = make_zip(
+        tmp_path / "canvas.zip",
+        [
+            ("doejane_1001_9001_hw.ipynb", nb("jane")),
+            ("doejane_1001_9002_hw.pdf", b"%PDF-1.4"),  # beside a notebook: not named
+            ("roesam_LATE_1002_9003_report.pdf", b"%PDF-1.4"),
+            ("roesam_LATE_1002_9004_hw.zip", b"PK\x05\x06" + bytes(18)),  # a zip of the notebook
+            ("anon_x7_9005_hw.docx", b"doc"),
+        ],
+    )
+    report = collect([canvas], tmp_path / "s")
+    assert sorted(by_student(report)) == ["1001"]
+    assert report.no_notebook == {"1002 (roesam)": ["hw.zip", "report.pdf"], "anon_x7": ["hw.docx"]}
+    assert (
+        "  no notebook graded for 2 student(s) who sent other files (no row): "
+        "1002 (roesam): hw.zip, report.pdf, anon_x7: hw.docx"
+    ) in report.lines()
+
+    moodle = make_zip(
+        tmp_path / "moodle.zip",
+        [
+            ("Jane Doe_7_assignsubmission_file_/hw.ipynb", nb("jane")),
+            ("Sam Roe_8_assignsubmission_file_/hw.pdf", b"%PDF-1.4"),
+            ("Sam Roe_8_assignsubmission_onlinetext_/onlinetext.html", b"<p>see the pdf</p>"),
+        ],
+    )
+    assert collect([moodle], tmp_path / "s").no_notebook == {"8 (Sam Roe)": ["hw.pdf"]}
+
+    per_student = tmp_path / "perstudent"
+    for who in ("alice", "bob"):
+        (per_student / who).mkdir(parents=True)
+    (per_student / "alice" / "vmap_convolve.ipynb").write_bytes(nb("alice"))
+    (per_student / "bob" / "work").mkdir()
+    (per_student / "bob" / "work" / "hw.pdf").write_bytes(b"%PDF-1.4")
+    report = collect([per_student], tmp_path / "s", own_names=["vmap_convolve"])
+    assert report.no_notebook == {"bob": ["work/hw.pdf"]}
+    assert collect([per_student], tmp_path / "s").no_notebook == {}  # not a folder per student: a loose file
+
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    (flat / "alice.ipynb").write_bytes(nb("alice"))
+    (flat / "alice_report.pdf").write_bytes(b"%PDF-1.4")
+    report = collect([flat], tmp_path / "s")
+    assert report.no_notebook == {} and not any("no notebook" in line for line in report.lines())
