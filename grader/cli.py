@@ -550,14 +550,14 @@ def _grade_batch(batch: Batch, intake: IntakeReport, args: argparse.Namespace, o
         todo = batch.plan(intake.submissions, regrade=args.regrade)
         jobs = args.jobs or max(1, min(os.cpu_count() or 1, len(todo) or 1))
         skipped = len(intake.submissions) - len(todo)
-        related = batch.related
+        changed = batch.late_changed
         print(
             f"{assignment.name}: {len(intake.submissions)} submission(s), {skipped} already graded"
             + (" (use --regrade to grade them again)" if skipped else "")
             + (
-                f", {len(related)} of them with a late deduction changed by the due date or late policy "
-                f"({', '.join(r.student for r in related[:5])}{', ...' if len(related) > 5 else ''})"
-                if related
+                f", {len(changed)} of them with a new late deduction "
+                f"({', '.join(r.student for r in changed[:5])}{', ...' if len(changed) > 5 else ''})"
+                if changed
                 else ""
             )
             + (f", {len(todo)} to grade " if todo else "")

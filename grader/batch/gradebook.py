@@ -195,6 +195,17 @@ class Gradebook:
                 "DELETE FROM losses WHERE assignment=? AND student=? AND sha256=? AND version=?", self._key(record)
             )
 
+    def update(self, record: Record) -> None:
+        """Store a kept record again (its late deduction re-applied) in its row, which stays where
+        it was in the student's history: the student's current record is still the most recently
+        graded one."""
+        with self._transaction():
+            self._db.execute(
+                "UPDATE results SET status=?, score=?, max_score=?, record=? "
+                "WHERE assignment=? AND student=? AND sha256=? AND version=?",
+                (record.status, record.score, record.max_score, record.to_json(), *self._key(record)),
+            )
+
     @staticmethod
     def _key(record: Record) -> tuple[str, str, str, str]:
         return record.assignment, record.student, record.submission_sha256, record.assignment_version

@@ -41,6 +41,7 @@ from grader.batch.gradebook import AssignmentInfo, Gradebook
 from grader.course.late import apply_late
 from grader.grading.grade import LOST_ONCE, collect_points, grade_many
 from grader.grading.record import Record, cap_record, finite
+from grader.intake.collect import Incoming, parse_time
 from grader.intake.notebook import sha256_file
 from grader.publish.exports import ExportMeta, plain_csv
 from grader.publish.feedback import write_feedback, write_report
@@ -48,7 +49,6 @@ from grader.publish.output import write_atomic, write_record
 
 if TYPE_CHECKING:
     from grader.course.config import Assignment
-    from grader.intake.collect import Incoming
 
 
 MiB = 1 << 20
@@ -116,7 +116,7 @@ class Batch:
         self.lost: list[Record] = []  # submissions whose trusted process died: not kept, graded next run
         self.lost_runs: dict[str, int] = {}  # student -> runs in a row that lost their submission
         self.bugs: list[Record] = []  # submissions whose grading raised (a grader bug): not kept either
-        self.related: list[Record] = []  # results kept whose lateness changed with the policy (see plan)
+        self.late_changed: list[Record] = []  # results kept whose late deduction changed (see plan)
 
     @property
     def reserve_path(self) -> Path:
@@ -204,8 +204,8 @@ class Batch:
 
     def plan(self, incoming: list[Incoming], *, regrade: bool = False) -> list[Incoming]:
         """The submissions that still need grading.  Those kept get the due date and late policy
-        as they are now (:meth:`relate`); the students whose score that changed are in
-        :attr:`related`."""
+        as they are now (:meth:`reapply_late`); the records whose deduction that changed are in
+        :attr:`late_changed`."""
         if regrade:
             return list(incoming)
         name, todo = self.assignment.name, []
@@ -213,24 +213,35 @@ class Batch:
             kept = self.gradebook.get(name, inc.student, sha256_file(inc.path), self.version)
             if kept is None:
                 todo.append(inc)
-            elif self.relate(kept, inc):
-                self.related.append(kept)
+            elif self.reapply_late(kept, inc):
+                self.late_changed.append(kept)
         return todo
 
-    def relate(self, rec: Record, inc: Incoming) -> bool:
+    def reapply_late(self, rec: Record, inc: Incoming) -> bool:
         """Apply the late policy and due date as they are now to a kept record, from its score
-        before any deduction; store it when that changes it (True).  They decide no test's
-        verdict, so moving a deadline regrades nobody."""
-        before = (rec.score, dict(rec.late))
-        if rec.late:
-            rec.score = finite(rec.late.get("raw_score", rec.score))
-        apply_late(
-            rec, self.assignment.late_policy, self.assignment.due, submitted_at=inc.submitted_at, flag=inc.late_flag
-        )
+        before any deduction, and store it where that changes it (without making it the
+        student's current record if another one is).  True when its deduction changed (days,
+        percent or score).  They decide no test's verdict, so moving a deadline regrades nobody.
+
+        The submission's time and the LMS's late flag come from this run's input; where it
+        carries neither and the record was late, the record's own are kept (the same notebook
+        passed without its LMS's names must not forgive a deduction)."""
+        late = dict(rec.late)
+        if late and "raw_score" not in late:
+            return False  # not a record this version wrote: its score before the deduction is unknown
+        submitted_at, flag = inc.submitted_at, inc.late_flag
+        if submitted_at is None and not flag and late:
+            submitted_at, flag = parse_time(late.get("submitted_at")), bool(late.get("flag"))
+        before = (rec.score, late)
+        rec.score = finite(late["raw_score"]) if late else rec.score
+        apply_late(rec, self.assignment.late_policy, self.assignment.due, submitted_at=submitted_at, flag=flag)
         if (rec.score, rec.late) == before:
             return False
         try:
-            self.commit(rec)
+            # the files first: a disk that fills up between them leaves the gradebook behind,
+            # and the next run finds the difference again
+            self.write_files(rec)
+            self.gradebook.update(rec)
         except (OSError, sqlite3.Error) as exc:
             if not is_disk_full(exc):
                 raise
@@ -238,12 +249,17 @@ class Batch:
                 f"{self.out_dir}: the disk is full ({exc}) while applying the late policy to the results kept",
                 "Free space on that disk (or pass --out elsewhere) and run the same command again.",
             ) from exc
-        return True
+        days = (late.get("days", 0), late.get("percent", 0))
+        return before[0] != rec.score or days != (rec.late.get("days", 0), rec.late.get("percent", 0))
 
     def commit(self, rec: Record) -> None:
         """Store a result: the gradebook first (from then on it is never graded again), then its
         record file and feedback page."""
         self.gradebook.put(rec)
+        self.write_files(rec)
+
+    def write_files(self, rec: Record) -> None:
+        """A result's record file and feedback page."""
         write_record(self.out_dir, rec)
         write_feedback(self.out_dir, [rec], course=self.assignment.course.course, title=self.assignment.title)
 

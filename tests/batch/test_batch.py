@@ -152,7 +152,7 @@ def test_late_policy_from_a_canvas_flag(course: Path, tmp_path: Path) -> None:
     yaml.write_text(yaml.read_text().replace("percent_per_day: 25", "percent_per_day: 50"))
     code, _, err = run("--course", str(course), "grade", "--assignment", "double", "--out", str(out), str(archive))
     assert code == 0, err
-    assert "2 already graded" in err and "1 of them with a late deduction changed" in err and "(1001)" in err, err
+    assert "2 already graded" in err and "1 of them with a new late deduction" in err and "(1001)" in err, err
     assert rows(out) == graded  # no sandbox ran: same rows, same grading times
     with Gradebook(out / "gradebook.db") as gb:
         recs = {r.student: r for r in gb.records("double")}
@@ -166,11 +166,11 @@ def test_late_policy_from_a_canvas_flag(course: Path, tmp_path: Path) -> None:
     # and forgives lateness flagged by the LMS: the raw score comes back
     yaml.write_text(yaml.read_text().replace("percent_per_day: 50", "percent_per_day: 50, flag_days: 0"))
     code, _, err = run("--course", str(course), "grade", "--assignment", "double", "--out", str(out), str(archive))
-    assert code == 0 and "1 of them with a late deduction changed" in err, err
+    assert code == 0 and "1 of them with a new late deduction" in err, err
     with Gradebook(out / "gradebook.db") as gb:
         assert {r.student: (r.score, r.late) for r in gb.records("double")} == {"1001": (4.0, {}), "1002": (4.0, {})}
     code, _, err = run("--course", str(course), "grade", "--assignment", "double", "--out", str(out), str(archive))
-    assert code == 0 and "2 already graded" in err and "late deduction changed" not in err, err
+    assert code == 0 and "2 already graded" in err and "new late deduction" not in err, err
 
 
 def test_sigkill_mid_batch_then_rerun_grades_everyone_exactly_once(course: Path, tmp_path: Path) -> None:
@@ -258,7 +258,9 @@ def test_moodle_download_round_trip_and_gradescope_export(course: Path, tmp_path
 def test_a_moved_deadline_regrades_nobody_and_is_applied_to_the_results_kept(course: Path, tmp_path: Path) -> None:
     """The due date and the late policy decide no test's verdict: they are not part of the
     assignment's version, and a batch applies them as they are now to the results it keeps (a
-    TA who moved the deadline for the class regraded everyone, for hours)."""
+    TA who moved the deadline for the class regraded everyone, for hours).  A record updated so
+    stays where it was in the student's history; a rerun whose input has lost the submission's
+    time keeps the record's; a deduction that is the same after the move is not named."""
     from datetime import datetime, timezone
 
     from grader.batch.run import Batch
@@ -266,35 +268,62 @@ def test_a_moved_deadline_regrades_nobody_and_is_applied_to_the_results_kept(cou
     from grader.grading.record import Record
     from grader.intake.collect import Incoming
 
-    nb = tmp_path / "s.ipynb"
-    nb.write_text(notebook("full", salt="s"))
-    sha = sha256_file(nb)
-    inc = Incoming(nb, "s", {"lms": "gradescope"}, submitted_at=datetime(2026, 11, 3, 12, tzinfo=timezone.utc))
-    before = load_course(course).assignment("double")
-    out = tmp_path / "out"
-    with Batch(before, out) as batch:
-        rec = Record(assignment="double", student="s", submission_sha256=sha, status="graded", score=4.0, max_score=4.0)
-        batch.complete(rec, inc)
-        batch.commit(rec)
-        assert (rec.score, rec.late["days"]) == (2.0, 2)  # 2 days late, 25% a day
+    def submitted(name: str, day: int, hour: int = 12) -> Incoming:
+        nb = tmp_path / f"{name}.ipynb"
+        nb.write_text(notebook("full", salt=name))
+        when = datetime(2026, 11, day, hour, tzinfo=timezone.utc)
+        return Incoming(nb, "s", {"lms": "gradescope"}, submitted_at=when)
 
-    yaml = course / "grading.yaml"
-    yaml.write_text(yaml.read_text().replace("due: 2026-11-01T23:59:00+00:00", "due: 2026-11-02T23:59:00+00:00"))
-    moved = load_course(course).assignment("double")
-    assert moved.due != before.due and moved.version() == before.version()
-    with Batch(moved, out) as batch:
-        assert batch.plan([inc]) == []
-        assert [(r.student, r.score, r.late["days"], r.late["raw_score"]) for r in batch.related] == [
-            ("s", 3.0, 1, 4.0)
-        ]
-        assert [(r.score, r.late["due"]) for r in batch.gradebook.records("double")] == [
-            (3.0, "2026-11-02T23:59:00+00:00")
-        ]
-        assert json.loads((out / "results" / "s.json").read_text())["score"] == 3.0
-        assert batch.plan([inc], regrade=True) == [inc]
+    def setting(old: str, new: str) -> Batch:
+        yaml = course / "grading.yaml"
+        yaml.write_text(yaml.read_text().replace(old, new))
+        return Batch(load_course(course).assignment("double"), tmp_path / "out")
 
-    yaml.write_text(yaml.read_text().replace("due: 2026-11-02T23:59:00+00:00", "due: 2026-11-04T23:59:00+00:00"))
-    with Batch(load_course(course).assignment("double"), out) as batch:
-        assert batch.plan([inc]) == [] and [(r.score, r.late) for r in batch.related] == [(4.0, {})]
-    with Batch(load_course(course).assignment("double"), out) as batch:
-        assert batch.plan([inc]) == [] and batch.related == []  # nothing changed: nothing written
+    def current(batch: Batch) -> list[tuple[str, float]]:
+        return [(r.submission_sha256, r.score) for r in batch.gradebook.records("double")]
+
+    older, newer = submitted("older", 2), submitted("newer", 3)  # 1 and 2 days late: -25%, -50%
+    first = load_course(course).assignment("double")
+    with Batch(first, tmp_path / "out") as batch:
+        for inc in (older, newer):
+            rec = Record(
+                assignment="double", student="s", submission_sha256=sha256_file(inc.path), status="graded",
+                score=4.0, max_score=4.0,
+            )  # fmt: skip
+            batch.complete(rec, inc)
+            batch.commit(rec)
+        assert current(batch) == [(sha256_file(newer.path), 2.0)]
+        graded_at = [r.graded_at for r in batch.gradebook.records("double")]
+
+    with setting("due: 2026-11-01T23:59:00+00:00", "due: 2026-11-02T23:59:00+00:00") as batch:
+        assert batch.version == first.version()
+        assert batch.plan([newer]) == []
+        assert [(r.score, r.late["days"], r.late["raw_score"]) for r in batch.late_changed] == [(3.0, 1, 4.0)]
+        assert current(batch) == [(sha256_file(newer.path), 3.0)]
+        assert [r.graded_at for r in batch.gradebook.records("double")] == graded_at
+        assert json.loads((tmp_path / "out" / "results" / "s.json").read_text())["score"] == 3.0
+        # the older notebook passed again: its own row is updated, and it does not become current
+        assert batch.plan([older]) == [] and [(r.score, r.late) for r in batch.late_changed[1:]] == [(4.0, {})]
+        assert current(batch) == [(sha256_file(newer.path), 3.0)]
+        # the same notebook without its LMS's time: the record's time is kept, nothing forgiven
+        plain = Incoming(newer.path, "s", {"lms": "file"})
+        before = len(batch.late_changed)
+        assert batch.plan([plain]) == [] and len(batch.late_changed) == before
+        assert current(batch) == [(sha256_file(newer.path), 3.0)]
+
+    # an hour earlier: still one started day late, the same deduction: stored, not named
+    with setting("due: 2026-11-02T23:59:00+00:00", "due: 2026-11-02T22:59:00+00:00") as batch:
+        assert batch.plan([newer]) == [] and batch.late_changed == []
+        assert [r.late["due"] for r in batch.gradebook.records("double")] == ["2026-11-02T22:59:00+00:00"]
+    with setting("due: 2026-11-02T22:59:00+00:00", "due: 2026-11-04T23:59:00+00:00") as batch:
+        assert batch.plan([newer]) == [] and [(r.score, r.late) for r in batch.late_changed] == [(4.0, {})]
+    with setting("percent_per_day: 25", "percent_per_day: 25") as batch:
+        assert batch.plan([newer]) == [] and batch.late_changed == []  # nothing changed: nothing written
+        assert batch.plan([newer], regrade=True) == [newer]
+        # a record whose score before the deduction is not known is left as it is
+        rec = batch.gradebook.get("double", "s", sha256_file(newer.path), batch.version)
+        assert rec is not None
+        rec.score, rec.late = 1.0, {"days": 3, "percent": 75}
+        batch.gradebook.update(rec)
+        assert batch.plan([newer]) == [] and batch.late_changed == []
+        assert current(batch) == [(sha256_file(newer.path), 1.0)]
