@@ -15,6 +15,7 @@ import importlib.util
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 import time
@@ -404,13 +405,17 @@ def cmd_grade(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if out_dir.exists() and not out_dir.is_dir():
         raise CliError(f"{out_dir}: not a directory", "Pass a directory for --out (it is created if needed).")
     _one_assignment_per_folder(out_dir, assignment.name)
-    made = not out_dir.exists()
+    from grader.grading.grade import collect_points
+
+    collect_points(assignment)  # tests that cannot be collected stop it here, before any file is made
+    made = next((d for d in (out_dir.absolute(), *out_dir.absolute().parents) if d.parent.exists()), None)
+    made = made if made is not None and not made.exists() else None
     # the folder holds students' notebooks, names and grades: made private (the TA may open it up)
     out_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
         return _grade_into(args, assignment, out_dir, err)
     except (CliError, ConfigError):
-        _unmake(out_dir, made)  # stopped before anything was graded: no empty folder left behind
+        _unmake(out_dir, made)  # stopped before anything was graded: nothing left behind
         raise
 
 
@@ -444,16 +449,25 @@ def _grade_into(args: argparse.Namespace, assignment: Assignment, out_dir: Path,
         return EXIT_FAIL
 
 
-def _unmake(out_dir: Path, made: bool) -> None:
-    """Remove the ``--out`` folder this run made, where it holds nothing but empty folders (a
-    run that found nothing to grade left one behind)."""
-    if not made:
+def _unmake(out_dir: Path, made: Path | None) -> None:
+    """Remove what a run that stopped before grading made: ``made`` is the first folder of the
+    ``--out`` path that it created (``out_dir`` or a parent; None when ``out_dir`` was there).
+    Everything below it is this run's: the notebooks it extracted from the downloads and empty
+    folders.  A folder that holds anything else stays."""
+    if made is None:
         return
+    out_dir = out_dir.absolute()
+    staging = out_dir / "submissions"
+    if staging.is_dir() and not staging.is_symlink():
+        shutil.rmtree(staging, ignore_errors=True)  # copies of what the downloads hold, made by this run
     for folder in sorted((p for p in out_dir.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
         with contextlib.suppress(OSError):
             folder.rmdir()  # only an empty one
-    with contextlib.suppress(OSError):
-        out_dir.rmdir()
+    for folder in (out_dir, *out_dir.parents):
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+        if folder == made:
+            break
 
 
 def _one_assignment_per_folder(out_dir: Path, name: str) -> None:

@@ -87,6 +87,18 @@ def test_a_run_with_nothing_to_grade_leaves_no_output_folder(tmp_path: Path) -> 
     (tmp_path / "kept").mkdir()
     code, _, err = run("grade", "--assignment", "vmap_convolve", "--out", str(tmp_path / "kept"), str(empty))
     assert code == 2 and (tmp_path / "kept").is_dir()
+    # a stop after the download was extracted (the metadata stop), into an --out two folders deep
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "canvas.zip", "w") as z:
+        for i in range(3):
+            z.writestr(
+                f"s{i}_{100 + i}_{200 + i}_vmap_convolve.ipynb", (ROOT / "examples/class/alice.ipynb").read_bytes()
+            )
+    deep = tmp_path / "new" / "deeper" / "o"
+    code, _, err = run("grade", "--assignment", "pytrees", "--out", str(deep), str(tmp_path / "canvas.zip"))
+    assert code == 2 and "vmap_convolve" in err, err
+    assert not (tmp_path / "new").exists()
 
 
 def test_grade_two_notebooks_for_one_student_grades_the_latest(tmp_path: Path) -> None:

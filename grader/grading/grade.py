@@ -806,8 +806,20 @@ def _init_worker(devices: int, parent: int, trusted_cache: bool = False) -> None
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
 
 
+#: collect_points' answers in this process, by the assignment's version (which digests the tests).
+_POINTS: dict[tuple[str, str, str, bool], dict[str, float]] = {}
+
+
 def collect_points(assignment: Assignment, *, hidden: bool = True) -> dict[str, float]:
-    """Points per category, from the tests' markers (nothing is run)."""
+    """Points per category, from the tests' markers (nothing is run).  Raises
+    :class:`BrokenTestsError` when a test file cannot be collected."""
+    key = (str(assignment.course.root), assignment.name, assignment.version(), hidden)
+    if key not in _POINTS:
+        _POINTS[key] = _collect_points(assignment, hidden=hidden)
+    return dict(_POINTS[key])
+
+
+def _collect_points(assignment: Assignment, *, hidden: bool) -> dict[str, float]:
     plugin = GradingPlugin(submission=None, reference=None, seed=0, visibility_of={})
     paths = [assignment.public_tests] + ([assignment.hidden_tests] if hidden else [])
     with _fresh_test_modules(paths):

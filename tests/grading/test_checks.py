@@ -445,7 +445,7 @@ def test_hidden_tests_name_arguments_strings_and_keys_by_kind_only() -> None:
     """A hidden test's scalar arguments, static settings, expected strings and PRNG keys are hidden
     inputs (or carry them): its messages name their kind, where a public test's quote them (a
     review found `f_jittable(3.28...)` in a hidden test's message)."""
-    from grader.grading.checks import PRNGKeyData, _describe_call
+    from grader.grading.checks import PRNGKeyData, _describe_call, _kind
 
     args, kwargs = (np.float32(3.25), np.zeros((2, 5), np.float32), None), {"n": 7}
     assert _describe_call(args, kwargs) == "(3.25, array(2, 5), None, n=7)"
@@ -454,6 +454,13 @@ def test_hidden_tests_name_arguments_strings_and_keys_by_kind_only() -> None:
         with pytest.raises(CheckFailure) as kind:
             assert_close(7, {"w": np.zeros(2)})
         assert kind.value.message.endswith("got an int")
+        assert _describe_call((np.uint8(3), np.float32(1)), {}) == "(an int, a float)"
+        assert _kind(np.uint8(3)) == "a uint8" and _kind(np.zeros(2)) == "an ndarray" and _kind(1.0) == "a float"
+        # the scaled atol would carry the largest expected value: the rule is given, not the number
+        with pytest.raises(CheckFailure) as scaled:
+            assert_close(np.array([1.0, 1234.5], np.float32), np.array([1.0, 1234.0], np.float32))
+        assert "1.23e-03" not in scaled.value.message and "0.00123" not in scaled.value.message
+        assert "atol=1e-06*max(1, max|expected|)" in scaled.value.message
         with pytest.raises(CheckFailure) as text:
             assert_close("mine", "the secret")
         with pytest.raises(CheckFailure) as key:
@@ -463,6 +470,9 @@ def test_hidden_tests_name_arguments_strings_and_keys_by_kind_only() -> None:
             )
     assert "secret" not in text.value.message and "expected another string" in text.value.message
     assert "42" not in key.value.message and "expected another PRNG key" in key.value.message
+    with pytest.raises(CheckFailure) as shown_atol:
+        assert_close(np.array([1.0, 1234.5], np.float32), np.array([1.0, 1234.0], np.float32))
+    assert "atol=0.00123" in shown_atol.value.message  # a public test's inputs are the student's to see
     with pytest.raises(CheckFailure) as shown:
         assert_close("mine", "the secret")
     assert "expected 'the secret'" in shown.value.message

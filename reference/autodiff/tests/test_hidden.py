@@ -167,7 +167,8 @@ def test_fit_linear_regression_recovers_the_line(request, submission, rng):
         assert_close(got, np.array([w, b], dtype=np.float32), rtol=0.0, atol=0.1, name="theta = [w, b]")
     except CheckFailure as exc:
         raise CheckFailure(
-            f"fit_linear_regression(xs, ys) did not recover the line y = {w:.3f} * x + {b:.3f}: {exc.message}",
+            # not the line's w and b: they are this hidden test's inputs
+            f"fit_linear_regression(xs, ys) did not recover the line y = w * x + b the data was drawn from: {exc.message}",
             "Each step is theta - lr * jax.grad(mse)(theta, xs, ys), from theta = jnp.array([1., 1.]), "
             "with mse the mean of (w * x + b - y) ** 2.",
         ) from None
