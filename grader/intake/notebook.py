@@ -101,14 +101,39 @@ def load_notebook(path: Path) -> LoadedNotebook:
     return LoadedNotebook(path, node, digest)
 
 
-def _python_source(cell: str) -> str:
-    """Cell source with IPython syntax (magics, !shell) turned into plain Python."""
+#: What IPython's transformer may cost on a cell, as the sum of its lines' squared lengths.  It
+#: tokenizes the cell, and Python 3.12's tokenizer (3.12.1 here; CPython issues 119118 and
+#: 119654) gives every token its own copy of its line: a line of n tokens costs n times its length
+#: (a 200,000-character line of minus signs took the trusted process past 24 GB).  The bound
+#: keeps a cell's tokens under about 100 MB on any Python.
+TRANSFORM_MAX_COST = 20_000_000
+
+
+def python_source(cell: str) -> str | None:
+    """Cell source with IPython syntax (magics, !shell) turned into plain Python; plain Python
+    as it is.  None for a cell with IPython syntax (or none that parses) whose lines are too long
+    to transform (:data:`TRANSFORM_MAX_COST`): its code cannot be read."""
+    try:
+        ast.parse(cell)
+        return cell  # plain Python: nothing to transform
+    except (RecursionError, MemoryError):
+        return cell  # nested too deeply to parse: the reader says so
+    except (SyntaxError, ValueError):
+        pass
+    if sum(len(line) ** 2 for line in cell.splitlines()) > TRANSFORM_MAX_COST:
+        return None
     try:
         from IPython.core.inputtransformer2 import TransformerManager
 
         return TransformerManager().transform_cell(cell)
     except Exception:
         return cell
+
+
+def _python_source(cell: str) -> str:
+    """:func:`python_source`, or the cell as it is where that cannot be read."""
+    source = python_source(cell)
+    return cell if source is None else source
 
 
 def definition_sources(cells: list[str], name: str) -> list[str]:

@@ -43,7 +43,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from grader.intake.notebook import _called_name, _python_source
+from grader.intake.notebook import _called_name, python_source
 
 #: What the in-notebook self-check exports (``from grader import selfcheck as jc``): a notebook
 #: released by ``jaxgrade release`` uses these and nothing else of the grader.
@@ -310,14 +310,19 @@ def review_cells(cells: list[tuple[int, str]]) -> list[Finding]:
         if read > MAX_CELLS_TOTAL:  # a notebook of megabytes of code: what is past that is not read
             over, cells = index, cells[:position]
             break
-    sources = [(index, _python_source(source), source) for index, source in cells]
-    names = _Names.of([src for _, src, _ in sources])
+    sources = [(index, python_source(source), source) for index, source in cells]
+    names = _Names.of([src for _, src, _ in sources if src is not None])
     budget = [MAX_STRINGS_TOTAL]
     findings: list[Finding] = []
     for index, source, raw in sources:
         seen: set[tuple[int, str]] = set()
         found: list[Finding] = []
         lines = raw.splitlines()
+        if source is None:  # IPython syntax on lines too long to transform: the kernel may run it
+            longest = max(range(len(lines)), key=lambda i: len(lines[i]))
+            what = "IPython syntax on lines too long for the grader to read"
+            findings.append(Finding(index, longest + 1, _clip(lines[longest].strip()), "dynamic", what))
+            continue
         for line, kind, what, text in _Scan(names, budget).cell(source):
             line = _raw_line(lines, line, text)
             if (line, kind) in seen:  # one finding per line and kind: the first construct names it
@@ -536,8 +541,12 @@ class _Scan:
                 self.budget[0] = -1
             return
         self.budget[0] -= len(code)
+        source = python_source(code)
+        if source is None:
+            self.add(node, "dynamic", "IPython syntax on lines too long for the grader to read")
+            return
         inner = _Scan(self.names, self.budget)
-        for line, kind, what, text in inner.cell(_python_source(code), depth + 1):
+        for line, kind, what, text in inner.cell(source, depth + 1):
             self.out.append((first_line if one_line else first_line + line - 1, kind, what, text))
 
     def _node(self, node: ast.AST, depth: int) -> None:

@@ -196,7 +196,39 @@ def test_line_numbers_are_the_cells_own() -> None:
 
 def test_code_too_deep_to_read_is_a_finding_not_a_crash() -> None:
     found = review_cells([(0, "x = " + "-" * 200_000 + "1")])
-    assert [(f.kind, f.line) for f in found] == [("dynamic", 1)]
+    assert [(f.kind, f.line, f.what) for f in found] == [
+        ("dynamic", 1, "code too deeply nested for the grader to read")
+    ]
+
+
+def test_ipython_syntax_on_lines_too_long_to_transform_is_a_finding_not_a_memory_blowup(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """IPython's transformer tokenizes a cell, and Python 3.12.1's tokenizer copies a line into
+    each of its tokens: the test above took a trusted pytest process past 24 GB there (killed by
+    the kernel's OOM killer, Python 3.12 only).  Plain Python is not transformed at all; a cell
+    with IPython syntax whose lines cost too much is not transformed either, and is a finding,
+    also in a string read as code."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    from grader.intake.notebook import TRANSFORM_MAX_COST, python_source
+
+    long_line = "x = " + "-" * 200_000 + "1"
+    assert sum(len(line) ** 2 for line in long_line.splitlines()) > TRANSFORM_MAX_COST
+
+    def refuse(self: object, cell: str) -> str:
+        raise AssertionError("transformed")
+
+    monkeypatch.setattr(TransformerManager, "transform_cell", refuse)
+    assert python_source("import jax\nx = 1\n") == "import jax\nx = 1\n"  # plain Python, as it is
+    assert python_source(long_line) == long_line  # too deep to parse: as it is, the reader says why
+    assert python_source("%time " + long_line) is None
+    found = review_cells([(0, "import jax"), (2, "y = 2\n%time " + long_line)])
+    assert [(f.cell, f.line, f.kind, f.what) for f in found] == [
+        (2, 2, "dynamic", "IPython syntax on lines too long for the grader to read")
+    ]
+    found = review_cells([(0, f"get_ipython().run_line_magic('time', {'%time x = ' + '-' * 15_000 + '1'!r})")])
+    assert [(f.kind, f.what) for f in found] == [("dynamic", "IPython syntax on lines too long for the grader to read")]
 
 
 def test_reading_strings_as_code_has_a_budget() -> None:
