@@ -92,7 +92,10 @@ def _fail(exc: CliError | ConfigError, err: TextIO) -> int:
         print(f"jaxgrade: error: {exc}", file=err)
         print(
             f"TIP: fix the test file named above; `jaxgrade validate {exc.assignment}` checks the tests against "
-            "the reference, the starter and the mutants.",
+            "the reference, the starter and the mutants."
+            if exc.staff
+            else "TIP: the tests handed out with the assignment are broken: tell the course staff, or download "
+            "the assignment again.",
             file=err,
         )
     else:

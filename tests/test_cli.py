@@ -701,3 +701,14 @@ def test_a_course_found_where_jaxgrade_is_installed_is_noted_once(
         assert main(["list"], out=io.StringIO(), err=io.StringIO()) == 0
     note = f"note: no grading.yaml in {tmp_path.resolve()} or its parents: using the course jaxgrade is installed from, {ROOT}"
     assert capsys.readouterr().err.count(note) == 1
+
+
+def test_broken_tests_get_a_tip_for_who_can_fix_them() -> None:
+    """The staff are sent to `jaxgrade validate`; a student, whose bundle has no reference, to the staff."""
+    from grader.cli import _fail
+    from grader.course.config import BrokenTestsError
+
+    for staff, tip in ((True, "`jaxgrade validate toy` checks the tests"), (False, "tell the course staff")):
+        err = io.StringIO()
+        assert _fail(BrokenTestsError("toy", "could not collect tests/test_public.py: ...", staff=staff), err) == 2
+        assert err.getvalue().startswith("jaxgrade: error: could not collect") and tip in err.getvalue()

@@ -51,9 +51,10 @@ class BrokenTestsError(ConfigError):
     """An assignment's test files cannot be collected (a syntax error, an import, a marker): the
     message names the file and the error."""
 
-    def __init__(self, assignment: str, message: str) -> None:
+    def __init__(self, assignment: str, message: str, *, staff: bool = True) -> None:
         super().__init__(message)
         self.assignment = assignment
+        self.staff = staff  # the hidden tests were read too: the staff's course, not a student's bundle
 
 
 class UnmetRequirementError(ConfigError):

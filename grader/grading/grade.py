@@ -825,7 +825,7 @@ def _collect_points(assignment: Assignment, *, hidden: bool) -> dict[str, float]
     with _fresh_test_modules(paths):
         pytest.main([*_pytest_args(assignment, paths), "--collect-only"], plugins=[plugin])
     if plugin.errors:
-        raise BrokenTestsError(assignment.name, "; ".join(plugin.errors))
+        raise BrokenTestsError(assignment.name, "; ".join(plugin.errors), staff=hidden)
     points: dict[str, float] = {}
     for meta in plugin.collected:
         points[meta.category] = round(points.get(meta.category, 0.0) + meta.points, 6)
