@@ -35,7 +35,7 @@ MARKERS = (
 
 #: Frames of a traceback that are not the course's code: pytest's import machinery, the standard library.
 _NOT_THE_COURSES = re.compile(r"site-packages|dist-packages|[/\\]lib[/\\]python3\.\d+[/\\]|<frozen ")
-_FRAME = re.compile(r'\s*File "(?P<a>[^"]+)", line \d+|(?P<b>\S+\.py):\d+: in ')
+_FRAME = re.compile(r'\s*File "(?P<a>[^"]+)", line \d+|(?P<b>\S+\.py|<frozen [^>]+>):\d+: in ')
 
 
 def collect_error(text: str) -> str:

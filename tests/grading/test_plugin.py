@@ -144,6 +144,34 @@ def test_syntax_error_in_hidden_tests_is_reported(tmp_path: Path) -> None:
     assert any("could not collect" in e for e in errors)
 
 
+def test_a_collection_error_keeps_the_courses_frames_and_the_error_only() -> None:
+    """pytest's and the standard library's frames are left out, in both traceback styles."""
+    from grader.grading.plugin import collect_error
+
+    short = (
+        "ImportError while importing test module 'x'.\nHint: make sure your test modules/packages have valid "
+        "Python names.\nTraceback:\n<frozen importlib._bootstrap>:1204: in _gcd_import\n    ???\n"
+        "/venv/lib/python3.11/site-packages/_pytest/python.py:528: in importtestmodule\n    mod = import_path(\n"
+        "reference/t/tests/test_hidden.py:3: in <module>\n    import nosuch\n"
+        "E   ModuleNotFoundError: No module named 'nosuch'\n"
+    )
+    assert collect_error(short) == (
+        "ImportError while importing test module 'x'.\nreference/t/tests/test_hidden.py:3: in <module>\n"
+        "    import nosuch\nModuleNotFoundError: No module named 'nosuch'"
+    )
+    native = (
+        'Traceback (most recent call last):\n  File "/venv/lib/python3.11/site-packages/_pytest/runner.py", '
+        "line 341, in from_call\n    result: TResult | None = func()\n                             ^^^^^^\n"
+        '  File "/c/reference/t/tests/test_hidden.py", line 3, in <module>\n    x = undefined + 1\n'
+        "NameError: name 'undefined' is not defined\n"
+    )
+    assert collect_error(native) == (
+        'File "/c/reference/t/tests/test_hidden.py", line 3, in <module>\n    x = undefined + 1\n'
+        "NameError: name 'undefined' is not defined"
+    )
+    assert collect_error("") == "" and collect_error("odd\n") == "odd"
+
+
 def test_a_test_file_that_cannot_be_imported_says_where(tmp_path: Path) -> None:
     """A collection error keeps the traceback that tells the staff which line failed."""
     _, errors = run_tests(make_course(tmp_path, "import json\n\nSETTINGS = json.loads('{')\n"), Fake({}))
