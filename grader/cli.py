@@ -58,7 +58,7 @@ from grader.host.sandbox import (
 from grader.intake.collect import Incoming, IntakeError, IntakeReport, collect
 from grader.intake.notebook import MAX_NOTEBOOK_BYTES, NotebookError, load_notebook, named_assignment
 from grader.publish import canvas, exports
-from grader.publish.output import write_atomic
+from grader.publish.output import terminal_safe, write_atomic
 
 # Commands that grade import the grading machinery (pytest, the checks) when they run, so that
 # `jaxgrade --help`, `list` and `export` start in a fraction of the time.
@@ -76,9 +76,9 @@ class CliError(Exception):
 
 def _fail(exc: CliError | ConfigError, err: TextIO) -> int:
     if isinstance(exc, CliError):
-        print(f"jaxgrade: error: {exc.message}", file=err)
+        print(f"jaxgrade: error: {terminal_safe(exc.message)}", file=err)  # it may name a student's file
         if exc.tip:
-            print(f"TIP: {exc.tip}", file=err)
+            print(f"TIP: {terminal_safe(exc.tip)}", file=err)
     elif isinstance(exc, UnmetRequirementError):
         print(f"jaxgrade: error: {exc}", file=err)
         wanted = " ".join(f"'{req}'" for req in exc.unmet)
@@ -430,7 +430,7 @@ def _grade_into(args: argparse.Namespace, assignment: Assignment, out_dir: Path,
     except IntakeError as exc:
         raise CliError(exc.message, exc.tip) from None
     for line in intake.lines():
-        print(line, file=err)
+        print(terminal_safe(line), file=err)
     if not intake.submissions:
         raise CliError("no submissions found", "Pass notebooks (.ipynb), folders that contain them, or an LMS zip.")
     if not args.any_metadata:
@@ -573,7 +573,7 @@ def _grade_batch(batch: Batch, intake: IntakeReport, args: argparse.Namespace, o
             + (" (use --regrade to grade them again)" if skipped else "")
             + (
                 f", {len(changed)} of them with a new late deduction "
-                f"({', '.join(r.student for r in changed[:5])}{', ...' if len(changed) > 5 else ''})"
+                f"({terminal_safe(', '.join(r.student for r in changed[:5]))}{', ...' if len(changed) > 5 else ''})"
                 if changed
                 else ""
             )
@@ -611,13 +611,14 @@ def _grade_batch(batch: Batch, intake: IntakeReport, args: argparse.Namespace, o
     if intake.no_notebook:
         print(
             f"note: no notebook graded for {len(intake.no_notebook)} student(s) who sent other files, and they "
-            f"have no row: {intake.no_notebook_text()}",
+            f"have no row: {terminal_safe(intake.no_notebook_text())}",
             file=err,
         )
     if bugs:
         print(
             f"jaxgrade: error: {len(bugs)} submission(s) not graded: grading them raised, a bug in jaxgrade "
-            f"({', '.join(r.student for r in bugs)}); nothing of theirs was kept, the rest of the class was graded",
+            f"({terminal_safe(', '.join(r.student for r in bugs))}); nothing of theirs was kept, the rest of the "
+            "class was graded",
             file=err,
         )
         print(
@@ -628,13 +629,13 @@ def _grade_batch(batch: Batch, intake: IntakeReport, args: argparse.Namespace, o
     if lost:
         print(
             f"jaxgrade: error: {len(lost)} submission(s) not graded: the grader's own process was lost "
-            f"while grading them ({', '.join(r.student for r in lost)}); nothing of theirs was kept",
+            f"while grading them ({terminal_safe(', '.join(r.student for r in lost))}); nothing of theirs was kept",
             file=err,
         )
         again = sorted(r.student for r in lost if runs.get(r.student, 1) > 1)
         if again:
             print(
-                f"TIP: {', '.join(again)} were lost on earlier runs too: grade each alone (--jobs 1 and that "
+                f"TIP: {terminal_safe(', '.join(again))} were lost on earlier runs too: grade each alone (--jobs 1 and that "
                 "notebook), and lower its sandbox's memory limit (limits: memory_total_bytes in grading.yaml) so "
                 "that it fails by itself instead of taking the grader's process down.",
                 file=err,
@@ -693,6 +694,7 @@ class _Progress:
         line = f"{rec.student}: {rec.score:g}/{rec.max_score:g} {rec.status} ({rec.timings.get('total', 0):.1f}s)"
         if rec.status != "graded":
             line += f" — {rec.message[:120]}"
+        line = terminal_safe(line)  # ids come from file names, messages from the students' code
         if rec.review:
             line += f" [to read: {len(rec.review)} finding(s), first in cell {rec.review[0].get('cell')}]"
         if self.bar is not None:
@@ -753,8 +755,10 @@ def _review_summary(records: list[Record], out_dir: Path, err: TextIO, shown: in
         f = r.review[0]
         more = f" (+{len(r.review) - 1} more)" if len(r.review) > 1 else ""
         print(
-            f"  {r.student}: cell {f.get('cell')}, line {f.get('line')}: {f.get('why')} "
-            f"({str(f.get('what', ''))[:60]}){more}",
+            terminal_safe(
+                f"  {r.student}: cell {f.get('cell')}, line {f.get('line')}: {f.get('why')} "
+                f"({str(f.get('what', ''))[:60]}){more}"
+            ),
             file=err,
         )
     if len(flagged) > shown:
@@ -901,12 +905,15 @@ def cmd_post_canvas(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             todo = canvas.with_current(todo, client.current_grades(course_id, todo.assignment_id))
         print(f"{where}: {len(records)} student(s) in the gradebook", file=out)
         for line in todo.lines():
-            print(line, file=out)
+            print(terminal_safe(line), file=out)  # students' names and ids
         if args.dry_run:
             if args.comment and todo.to_post:  # what each student would read (the first one in full)
                 first = todo.to_post[0]
-                print(f"the comment each grade would carry, e.g. {first.name or first.student}'s:", file=out)
-                print("  " + first.comment.replace("\n", "\n  "), file=out)
+                print(
+                    terminal_safe(f"the comment each grade would carry, e.g. {first.name or first.student}'s:"),
+                    file=out,
+                )
+                print(terminal_safe("  " + first.comment.replace("\n", "\n  ")), file=out)
             known = "" if client else f" (current grades not read: {settings.token_env} is not set)"
             print(f"dry run: {len(todo.to_post)} grade(s) would be posted{known}; nothing was sent", file=out)
             return EXIT_OK

@@ -712,3 +712,26 @@ def test_broken_tests_get_a_tip_for_who_can_fix_them() -> None:
         err = io.StringIO()
         assert _fail(BrokenTestsError("toy", "could not collect tests/test_public.py: ...", staff=staff), err) == 2
         assert err.getvalue().startswith("jaxgrade: error: could not collect") and tip in err.getvalue()
+
+
+def test_what_students_named_reaches_the_tas_terminal_written_out(tmp_path: Path) -> None:
+    """A file name (and the id made from it), a PDF's name, a notebook's error: the student chose
+    them, and an escape sequence in one would retitle or rewrite the TA's terminal.  Every
+    character a terminal acts on is written out (``\\x1b``)."""
+    from grader.publish.output import terminal_safe
+    from tests.minicourse import make_minicourse, notebook
+
+    course = make_minicourse(tmp_path / "course")
+    subs = tmp_path / "subs"
+    for who in ("alice", "bob"):
+        (subs / who).mkdir(parents=True)
+    (subs / "alice" / "double.ipynb").write_text(notebook("full"))
+    (subs / "bob" / "\x1b]0;pwned\x07\u202eevil.pdf").write_bytes(b"%PDF")  # bob sent no notebook
+    (subs / "carol\x1b[2J\r.ipynb").write_text(notebook("crash", salt="carol"))
+    code, _, err = run(
+        "--course", str(course), "grade", "--assignment", "double", "--out", str(tmp_path / "o"), str(subs)
+    )
+    assert code == 0, err
+    assert "\x1b" not in err and "\r" not in err and "\u202e" not in err and "\x07" not in err
+    assert "carol\\x1b[2J\\x0d" in err and "\\x1b]0;pwned\\x07\\u202eevil.pdf" in err
+    assert terminal_safe("tab\tand\nnewline stay; é, 日本 too") == "tab\tand\nnewline stay; é, 日本 too"

@@ -122,3 +122,17 @@ def write_record(out_dir: Path, record: Record) -> Path:
 def spreadsheet_safe(value: str) -> str:
     """Quote cells that a spreadsheet would run as a formula."""
     return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
+
+
+#: Characters a terminal acts on rather than shows: C0 and C1 controls but tab and newline (ESC
+#: starts sequences that recolour, retitle or rewrite a terminal; CR overwrites a line), and
+#: Unicode's direction overrides, which show text in another order than it is.
+_NOT_SHOWN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_safe(text: str) -> str:
+    """Text that came from students (file names and the ids made from them, messages, code) as a
+    TA's terminal may print it: every character it would act on is written out (``\\x1b``)."""
+    return _NOT_SHOWN.sub(
+        lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text
+    )
