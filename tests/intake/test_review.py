@@ -289,6 +289,7 @@ TAMPERING = {
     "forgery/vmap_convolve/forge_vmap_watch_disarmed.ipynb": {"grader"},
     "hostile/h_nested_user_namespace.ipynb": {"reflection"},
     "hostile/h_patch_grader_modules.ipynb": {"grader", "reflection"},
+    "hostile/h_review_tokenizer_bomb.ipynb": {"dynamic"},
     "hostile/h_patch_jax.ipynb": {"patch"},
     "hostile/h_patch_numpy.ipynb": {"patch"},
     "hostile/h_patch_pytest.ipynb": {"reflection"},
