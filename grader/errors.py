@@ -142,7 +142,9 @@ _BOILERPLATE = (
 
 #: The file a Jupyter kernel compiles a cell as (``/tmp/ipykernel_3/3870454633.py``, line 1),
 #: which no student has seen: JAX names it where it traced a function, Python in a SyntaxError.
-_CELL_FILE = re.compile(r"\S*/ipykernel_\d+/\d+\.py:(\d+)")
+#: (From the start of a run of non-spaces only: tried at every position, a long run of "/" took
+#: time with the square of its length, 46 s for 100,000 characters.)
+_CELL_FILE = re.compile(r"(?<!\S)\S*?/ipykernel_\d+/\d+\.py:(\d+)")
 _CELL_FILE_SYNTAX = re.compile(r"\(\d+\.py, line (\d+)\)")
 
 

@@ -2,10 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
+from grader.errors import CheckFailure
 from grader.host.session import CallResult, CountResult, ExportResult, MissingName, Session
-from grader.intake.notebook import LoadedNotebook, definition_sources, reachable_sources, writes_into_arguments
+from grader.intake.notebook import (
+    CodeTooLarge,
+    LoadedNotebook,
+    definition_sources,
+    reachable_sources,
+    writes_into_arguments,
+)
+
+
+@contextlib.contextmanager
+def _read_in_full() -> Iterator[None]:
+    """A check that reads the notebook's source cannot judge one it does not read in full."""
+    try:
+        yield
+    except CodeTooLarge as exc:
+        raise CheckFailure(str(exc), "Hand in the notebook with only the code the assignment asks for.") from None
 
 
 class _Function:
@@ -92,21 +110,26 @@ class Submission:
                 raise MissingName(name)
 
     def sources(self, name: str) -> list[str]:
-        """The notebook's source for ``name`` (read on the trusted side, from the file itself)."""
+        """The notebook's source for ``name`` (read on the trusted side, from the file itself).
+        These three fail the check (:class:`CheckFailure`) for a notebook of more code than the
+        grader reads (``MAX_CODE_READ``)."""
         if self._notebook is None:
             return []
-        return definition_sources(self._notebook.code_cells(), name)
+        with _read_in_full():
+            return definition_sources(self._notebook.code_cells(), name)
 
     def writes_into_arguments(self, name: str) -> str:
         """The statement of ``name`` (or of a notebook function it hands an argument to) that
         writes into an argument, read on the trusted side; "" when there is none."""
         if self._notebook is None:
             return ""
-        return writes_into_arguments(self._notebook.code_cells(), name)
+        with _read_in_full():
+            return writes_into_arguments(self._notebook.code_cells(), name)
 
     def reachable_sources(self, name: str) -> list[str]:
         """The notebook's source for ``name`` and for every notebook definition it names,
         transitively (read on the trusted side)."""
         if self._notebook is None:
             return []
-        return reachable_sources(self._notebook.code_cells(), name)
+        with _read_in_full():
+            return reachable_sources(self._notebook.code_cells(), name)

@@ -752,7 +752,7 @@ class Session:
             self._evaluator_plain = False  # nothing it answers from now on is kept
         if isinstance(reply, messages.Raised):
             # the module came from the kernel: its name, platforms and so the error's text are the student's
-            said = f"{reply.ename}: {first_line(reply.evalue)}"
+            said = f"{reply.ename}: {first_line(reply.evalue[:4000])}"
             self._student_text.append(said)
             raise SubmissionError(
                 f"the compiled `{name}` failed to run" + (f": {said}" if STUDENT_TEXT_SHOWN.get() else "")

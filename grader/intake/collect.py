@@ -50,6 +50,7 @@ _CANVAS_ANON = re.compile(r"^(?:(?P<late>LATE|late)_)?(?P<uid>anon_[A-Za-z0-9]+)
 _MOODLE_DIR = re.compile(r"^(?P<name>.+?)_(?P<pid>[0-9]+)_assignsubmission_(?P<plugin>[A-Za-z0-9]+)_?$")
 _MOODLE_FLAT = re.compile(r"^(?P<name>.+?)_(?P<pid>[0-9]+)_assignsubmission_(?P<plugin>[A-Za-z0-9]+)_(?P<orig>.+)$")
 _GS_FOLDER = re.compile(r"^submission_(?P<id>[0-9]+)$")
+MAX_NAME = 1024  # characters of a file or folder name read as an LMS's (file systems allow 255 bytes)
 _RESUBMISSION = re.compile(r"-([0-9]+)$")
 _TIME = re.compile(
     r"^(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:\.(\d+))?\s*(Z|[+-]\d\d(?::?\d\d)?)?$", re.IGNORECASE
@@ -694,7 +695,7 @@ def _moodle_plugin(parts: list[str]) -> str | None:
         m = _MOODLE_DIR.match(d)
         if m:
             return m["plugin"].lower()
-    m = _MOODLE_FLAT.match(parts[-1])
+    m = _MOODLE_FLAT.match(parts[-1]) if len(parts[-1]) <= MAX_NAME else None
     return m["plugin"].lower() if m else None
 
 
@@ -727,11 +728,13 @@ def _candidate(
         if m:
             inner = parts[parts.index(d) + 1 :]
             return _moodle(m["name"], m["pid"], "/".join(inner), common)
-    m = _MOODLE_FLAT.match(base)
+    # (names longer than any file system allows are no LMS's: their patterns would take time with
+    # the square of the length on a name with a newline)
+    m = _MOODLE_FLAT.match(base) if len(base) <= MAX_NAME else None
     if m:
         return _moodle(m["name"], m["pid"], m["orig"], common)
     # Canvas: name_[LATE_]userid_fileid_original.ipynb, or [LATE_]anon_<id>_fileid_original.ipynb
-    m = _CANVAS_ANON.match(base) or _CANVAS.match(base)
+    m = (_CANVAS_ANON.match(base) or _CANVAS.match(base)) if len(base) <= MAX_NAME else None
     if m:
         identity = {"lms": "canvas", "id": m["uid"], "original": m["orig"]}
         if m.re is _CANVAS:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import json
 import re
@@ -136,15 +137,42 @@ def _python_source(cell: str) -> str:
     return cell if source is None else source
 
 
+#: Characters of code cells that the checks reading a notebook's source (purity, jit, vmap) read
+#: on the trusted side; honest notebooks hold tens of thousands.  Past it those checks cannot be
+#: judged and fail (:class:`CodeTooLarge`).
+MAX_CODE_READ = 2_000_000
+
+
+class CodeTooLarge(Exception):
+    """The notebook holds more code than :data:`MAX_CODE_READ`."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(
+            f"the notebook holds {size:,} characters of code, more than the {MAX_CODE_READ:,} the grader reads "
+            "to judge your source"
+        )
+
+
 def definition_sources(cells: list[str], name: str) -> list[str]:
     """Source text of every top-level definition or assignment of ``name`` in the cells."""
-    found: list[str] = []
+    return list(_definitions(tuple(cells)).get(name, ()))
+
+
+@functools.lru_cache(maxsize=4)
+def _definitions(cells: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """Every top-level definition's source text, by name: the cells are transformed and parsed
+    once per notebook, not once per name a check asks for (a red-team review: a check that
+    follows names re-read every cell for each, minutes for a padded notebook)."""
+    size = sum(map(len, cells))
+    if size > MAX_CODE_READ:
+        raise CodeTooLarge(size)
+    found: dict[str, list[str]] = {}
     for cell in cells:
         src = _python_source(cell)
         try:
             tree = ast.parse(src)
-        except SyntaxError:
-            continue
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue  # the kernel cannot run it either
         for node in tree.body:
             targets: list[str] = []
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -153,11 +181,12 @@ def definition_sources(cells: list[str], name: str) -> list[str]:
                 targets = [t.id for t in node.targets if isinstance(t, ast.Name)]
             elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
                 targets = [node.target.id]
-            if name in targets:
+            if targets:
                 seg = ast.get_source_segment(src, node)
                 if seg:
-                    found.append(seg)
-    return found
+                    for target in dict.fromkeys(targets):
+                        found.setdefault(target, []).append(seg)
+    return {k: tuple(v) for k, v in found.items()}
 
 
 def reachable_sources(cells: list[str], name: str) -> list[str]:
@@ -272,25 +301,34 @@ def writes_into_arguments(cells: list[str], name: str) -> str:
     ``x += v``, ``x.fill(v)``, ``np.copyto(x, v)``, ``out=x``, or a call that hands the argument
     to a notebook function that does; "" when there is none.  Read from the notebook on the
     trusted side, so a kernel cannot hide it; it can only be written around."""
-    return _writes(cells, name, None, set())
+    return _writes(cells, name, None, set(), {})
 
 
-def _writes(cells: list[str], name: str, positions: set[int] | None, seen: set[str]) -> str:
-    """What ``name`` writes into (its arguments at ``positions``, or all of them when None)."""
+def _writes(
+    cells: list[str], name: str, positions: set[int] | None, seen: set[str], memo: dict[tuple[str, Any], str]
+) -> str:
+    """What ``name`` writes into (its arguments at ``positions``, or all of them when None).
+    ``memo``: each function and argument set is read once per question (functions that all hand
+    ``x`` to one another were read once per path: factorial time, a red-team review)."""
+    key = (name, None if positions is None else frozenset(positions))
+    if key in memo:
+        return memo[key]
     if name in seen or len(seen) > 20:
         return ""
     seen = seen | {name}
+    result = ""
     for src in definition_sources(cells, name):
         try:
             tree = ast.parse(src)
-        except SyntaxError:
+        except (SyntaxError, RecursionError, MemoryError):
             continue
         func = tree.body[0] if tree.body else None
         if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            found = _first_write(cells, src, func, positions, seen)
-            if found:
-                return found
-    return ""
+            result = _first_write(cells, src, func, positions, seen, memo)
+            if result:
+                break
+    memo[key] = result
+    return result
 
 
 def _first_write(
@@ -299,6 +337,7 @@ def _first_write(
     func: ast.FunctionDef | ast.AsyncFunctionDef,
     positions: set[int] | None,
     seen: set[str],
+    memo: dict[tuple[str, Any], str],
 ) -> str:
     a = func.args
     params = [arg.arg for arg in [*a.posonlyargs, *a.args]]
@@ -326,7 +365,7 @@ def _first_write(
             if any(k.arg == "out" and _base_name(k.value) in aliases for k in node.keywords):
                 return ast.get_source_segment(src, node) or ""
             handed = {i for i, arg in enumerate(node.args) if _base_name(arg) in aliases}
-            if handed and isinstance(node.func, ast.Name) and _writes(cells, node.func.id, handed, seen):
+            if handed and isinstance(node.func, ast.Name) and _writes(cells, node.func.id, handed, seen, memo):
                 return ast.get_source_segment(src, node) or ""
     return ""
 

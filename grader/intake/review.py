@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import ast
 import re
+import time
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -262,6 +263,10 @@ MAX_STRING = 20_000  # characters of a string literal read as code
 MAX_CELLS_TOTAL = 300_000  # characters of code cells read per notebook (honest ones have tens of thousands)
 MAX_STRINGS_TOTAL = 200_000  # characters of strings read as code per notebook (reading is the grader's time)
 MAX_DEPTH = 3  # strings within strings read as code
+#: Seconds the review of one notebook may take (honest ones take milliseconds): code built to make
+#: the reading slow (attribute chains thousands long, aliases of aliases) is read up to there, and
+#: a finding says where the grader stopped.  It runs on the trusted side, in the grading process.
+REVIEW_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -301,9 +306,35 @@ def kernel_side_names() -> frozenset[str]:
     return frozenset(names)
 
 
+class _OutOfTime(Exception):
+    """The review went past :data:`REVIEW_SECONDS`."""
+
+
+class _Clock:
+    def __init__(self, seconds: float) -> None:
+        self.deadline = time.monotonic() + seconds
+        self.cell = 0  # the cell being read
+
+    def check(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise _OutOfTime
+
+
 def review_cells(cells: list[tuple[int, str]]) -> list[Finding]:
     """The findings in the code cells ``(index, source)``, in notebook order (cell, then line),
-    one per kind of construct and line, at most :data:`MAX_FINDINGS`."""
+    one per kind of construct and line, at most :data:`MAX_FINDINGS`; within
+    :data:`REVIEW_SECONDS`, after which a finding says where the reading stopped."""
+    clock = _Clock(REVIEW_SECONDS)
+    findings: list[Finding] = []
+    try:
+        _review(cells, clock, findings)
+    except _OutOfTime:
+        what = f"code that takes the grader more than {REVIEW_SECONDS:g} s to read: read up to this cell"
+        findings.append(Finding(clock.cell, 1, "", "dynamic", what))
+    return findings[:MAX_FINDINGS]
+
+
+def _review(cells: list[tuple[int, str]], clock: _Clock, findings: list[Finding]) -> None:
     read, over = 0, None
     for position, (index, source) in enumerate(cells):
         read += len(source)
@@ -311,10 +342,11 @@ def review_cells(cells: list[tuple[int, str]]) -> list[Finding]:
             over, cells = index, cells[:position]
             break
     sources = [(index, python_source(source), source) for index, source in cells]
-    names = _Names.of([src for _, src, _ in sources if src is not None])
+    clock.cell = cells[0][0] if cells else 0  # the names are read from every cell first
+    names = _Names.of([src for _, src, _ in sources if src is not None], clock)
     budget = [MAX_STRINGS_TOTAL]
-    findings: list[Finding] = []
     for index, source, raw in sources:
+        clock.cell = index
         seen: set[tuple[int, str]] = set()
         found: list[Finding] = []
         lines = raw.splitlines()
@@ -323,7 +355,7 @@ def review_cells(cells: list[tuple[int, str]]) -> list[Finding]:
             what = "IPython syntax on lines too long for the grader to read"
             findings.append(Finding(index, longest + 1, _clip(lines[longest].strip()), "dynamic", what))
             continue
-        for line, kind, what, text in _Scan(names, budget).cell(source):
+        for line, kind, what, text in _Scan(names, budget, clock).cell(source):
             line = _raw_line(lines, line, text)
             if (line, kind) in seen:  # one finding per line and kind: the first construct names it
                 continue
@@ -332,10 +364,9 @@ def review_cells(cells: list[tuple[int, str]]) -> list[Finding]:
             found.append(Finding(index, line, _clip(shown), kind, what))
         findings += sorted(found, key=lambda f: f.line)
         if len(findings) >= MAX_FINDINGS:
-            return findings[:MAX_FINDINGS]
+            return
     if over is not None:
         findings.append(Finding(over, 1, "", "dynamic", f"more than {MAX_CELLS_TOTAL:,} characters of code: not read"))
-    return findings[:MAX_FINDINGS]
 
 
 def review_notebook(node: Any) -> list[Finding]:
@@ -360,10 +391,11 @@ class _Names:
         self.functions: dict[str, ast.AST] = {}  # the notebook's functions, for their parameters
 
     @classmethod
-    def of(cls, sources: list[str]) -> _Names:
+    def of(cls, sources: list[str], clock: _Clock | None = None) -> _Names:
         names = cls()
         trees = [t for t in (_parse(s) for s in sources) if isinstance(t, ast.Module)]
         nodes = [n for t in trees for n in ast.walk(t)]
+        check = clock.check if clock is not None else (lambda: None)
         for node in nodes:
             if isinstance(node, ast.Import):
                 for a in node.names:
@@ -390,6 +422,7 @@ class _Names:
         while changed:  # aliases of aliases, to a fixed point
             before = (len(names.origin), len(names.chains), len(names.selfcheck), len(names.ipython))
             for node in nodes:
+                check()
                 names._bind(node)
             changed = before != (len(names.origin), len(names.chains), len(names.selfcheck), len(names.ipython))
         return names
@@ -501,9 +534,10 @@ class _Names:
 
 
 class _Scan:
-    def __init__(self, names: _Names, budget: list[int]) -> None:
+    def __init__(self, names: _Names, budget: list[int], clock: _Clock) -> None:
         self.names = names
         self.budget = budget  # characters of strings still to read as code, shared by the notebook
+        self.clock = clock
         self.kernel_side = kernel_side_names()
 
     def cell(self, source: str, depth: int = 0) -> list[tuple[int, str, str, str]]:
@@ -516,17 +550,24 @@ class _Scan:
             return [(1, "dynamic", "code too deeply nested for the grader to read", source[:MAX_CODE])]
         self.lines = source.splitlines()
         self.out: list[tuple[int, str, str, str]] = []
+        self.seen: set[tuple[int, str]] = set()
         parents: dict[ast.AST, ast.AST] = {}
         for node in ast.walk(tree):
             for child in ast.iter_child_nodes(node):
                 parents[child] = node
         self.parents = parents
         for node in ast.walk(tree):
+            self.clock.check()
             self._node(node, depth)
         return self.out
 
     def add(self, node: ast.AST, kind: str, what: str) -> None:
+        """One finding per line and kind (the first construct names it): a line of 60,000
+        ``exec`` would otherwise hold 60,000 copies of itself."""
         line = getattr(node, "lineno", 1)
+        if (line, kind) in self.seen:
+            return
+        self.seen.add((line, kind))
         text = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
         self.out.append((line, kind, what, text))
 
@@ -545,7 +586,7 @@ class _Scan:
         if source is None:
             self.add(node, "dynamic", "IPython syntax on lines too long for the grader to read")
             return
-        inner = _Scan(self.names, self.budget)
+        inner = _Scan(self.names, self.budget, self.clock)
         for line, kind, what, text in inner.cell(source, depth + 1):
             self.out.append((first_line if one_line else first_line + line - 1, kind, what, text))
 

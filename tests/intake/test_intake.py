@@ -801,3 +801,15 @@ def test_students_who_sent_files_but_no_notebook_are_named(tmp_path: Path) -> No
     (flat / "alice_report.pdf").write_bytes(b"%PDF-1.4")
     report = collect([flat], tmp_path / "s")
     assert report.no_notebook == {} and not any("no notebook" in line for line in report.lines())
+
+
+def test_a_name_longer_than_any_file_system_allows_is_no_lms_name(tmp_path: Path) -> None:
+    """The LMS patterns take time with the square of a name's length where a newline stops them
+    (65,000 characters: 7 s an entry, a red-team review); names past MAX_NAME are not read as
+    an LMS's, which no LMS writes (file systems allow 255 bytes)."""
+    long = "doejane_1001_9001_" + "_1_1" * (intake.MAX_NAME // 4) + ".ipynb"
+    report = collect(
+        [make_zip(tmp_path / "c.zip", [(long, nb("long")), ("roesam_1002_9002_hw.ipynb", nb("sam"))])], tmp_path / "s"
+    )
+    subs = by_student(report)
+    assert "1002" in subs and "1001" not in subs and subs[long[: -len(".ipynb")]].identity["lms"] == "file"

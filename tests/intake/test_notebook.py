@@ -183,6 +183,39 @@ def test_writes_into_arguments(cells: list[str], found: str) -> None:
     assert writes_into_arguments(cells, name) == found
 
 
+def test_functions_that_hand_an_argument_to_one_another_are_each_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight functions that each pass `x` to all the others were read once per path (25 s; a
+    red-team review: factorial in their number): now once per function and argument set, and a
+    write at the end of the chain is still found."""
+    from grader.intake import notebook
+
+    n = 9
+    cells = ["\n".join(f"def g{i}(x):\n" + "\n".join(f"    g{j}(x)" for j in range(n) if j != i) for i in range(n))]
+    asked: list[str] = []
+    real = notebook.definition_sources
+    monkeypatch.setattr(notebook, "definition_sources", lambda cells, name: asked.append(name) or real(cells, name))
+    assert writes_into_arguments(cells, "g0") == ""
+    assert sorted(asked) == sorted(f"g{i}" for i in range(n))
+    cells.append(f"def g{n}(x):\n    x[0] = 1")
+    cells[0] = cells[0].replace("    g1(x)\n", f"    g1(x)\n    g{n}(x)\n", 1)
+    assert writes_into_arguments(cells, "g0") == f"g{n}(x)"
+
+
+def test_a_notebook_of_more_code_than_the_grader_reads_is_refused_by_the_source_checks() -> None:
+    """The cells are read once per notebook (not once per name asked), up to MAX_CODE_READ
+    characters; a check reading a larger notebook's source fails rather than read it."""
+    from grader.errors import CheckFailure
+    from grader.grading.submission import _read_in_full
+    from grader.intake.notebook import MAX_CODE_READ, CodeTooLarge
+
+    cells = ["x = 1\n" * (MAX_CODE_READ // 6), "def f(x):\n    x[0] = 1"]
+    with pytest.raises(CodeTooLarge, match="more than the 2,000,000 the grader reads"):
+        writes_into_arguments(cells, "f")
+    with pytest.raises(CheckFailure, match="characters of code, more than"), _read_in_full():
+        definition_sources(cells, "f")
+    assert writes_into_arguments(cells[1:], "f") == "x[0] = 1"
+
+
 def test_a_completed_starter_puts_the_solution_where_the_first_todo_stood() -> None:
     """What the trusted cache is warmed with and validate grades: every code cell of the starter
     runs as in a student's notebook, the solution's cells follow the first cell that names a

@@ -341,3 +341,30 @@ def test_the_staffs_solutions_are_named_for_nothing(assignment: str) -> None:
     for script, nb, why in solutions:
         assert nb is not None, why
         assert review_notebook(nb) == [], script
+
+
+def test_a_line_of_many_findings_is_held_once_per_kind() -> None:
+    """A line of 50,000 `exec` was held 50,000 times, each with its own copy of the line: memory
+    grew with the square of the line (300 KB of code: about 17 GB, a red-team review)."""
+    from grader.intake.review import MAX_STRINGS_TOTAL, _Clock, _Names, _Scan
+
+    src = "if 1:\n    " + ",".join(["exec"] * 50_000)
+    clock = _Clock(60)
+    out = _Scan(_Names.of([src]), [MAX_STRINGS_TOTAL], clock).cell(src)
+    assert [(line, kind) for line, kind, _, _ in out] == [(2, "dynamic")]
+    assert [(f.line, f.kind, f.what) for f in review_cells([(0, src)])] == [(2, "dynamic", "exec (as a value)")]
+
+
+def test_code_built_to_read_slowly_is_read_up_to_a_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Attribute chains thousands long and aliases of aliases made the review take minutes to
+    hours on the trusted side (a red-team review): past REVIEW_SECONDS it stops, and a finding
+    says in which cell."""
+    from grader.intake import review
+
+    cells = [(0, "import jax"), (3, "x = a" + ".b" * 50), (5, "y = 1")]
+    assert review_cells(cells) == []
+    monkeypatch.setattr(review, "REVIEW_SECONDS", 0.0)
+    found = review_cells(cells)
+    assert [(f.cell, f.kind, f.what) for f in found] == [
+        (0, "dynamic", "code that takes the grader more than 0 s to read: read up to this cell")
+    ]
