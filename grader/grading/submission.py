@@ -9,7 +9,7 @@ from typing import Any
 from grader.errors import CheckFailure
 from grader.host.session import CallResult, CountResult, ExportResult, MissingName, Session
 from grader.intake.notebook import (
-    CodeTooLarge,
+    CodeUnreadable,
     LoadedNotebook,
     definition_sources,
     reachable_sources,
@@ -22,8 +22,11 @@ def _read_in_full() -> Iterator[None]:
     """A check that reads the notebook's source cannot judge one it does not read in full."""
     try:
         yield
-    except CodeTooLarge as exc:
-        raise CheckFailure(str(exc), "Hand in the notebook with only the code the assignment asks for.") from None
+    except CodeUnreadable as exc:
+        raise CheckFailure(
+            f"{exc}: the checks that read your source cannot judge it",
+            "Hand in the notebook with only the code the assignment asks for, written plainly.",
+        ) from None
 
 
 class _Function:

@@ -102,12 +102,22 @@ def load_notebook(path: Path) -> LoadedNotebook:
     return LoadedNotebook(path, node, digest)
 
 
-#: What IPython's transformer may cost on a cell, as the sum of its lines' squared lengths.  It
-#: tokenizes the cell, and Python 3.12's tokenizer (3.12.1 here; CPython issues 119118 and
-#: 119654) gives every token its own copy of its line: a line of n tokens costs n times its length
-#: (a 200,000-character line of minus signs took the trusted process past 24 GB).  The bound
-#: keeps a cell's tokens under about 100 MB on any Python.
-TRANSFORM_MAX_COST = 20_000_000
+#: What IPython's transformer may cost on a cell, as the sum of its lines' squared lengths, where
+#: the tokenizer copies a line into each of its tokens (Python 3.12.0 to 3.12.3; 3.12.1 here;
+#: CPython issues 119118 and 119654): a line of n tokens then costs n times its length (a
+#: 200,000-character line of minus signs took the trusted process past 24 GB).  The bound keeps a
+#: cell's tokens near 100 MB there; a 1,000-line ``%%time`` cell of 140-character lines is a
+#: fifth of it.  Where tokens share their line, the cost is linear and no bound applies.
+TRANSFORM_MAX_COST = 100_000_000
+
+
+@functools.lru_cache(maxsize=1)
+def _tokens_copy_their_line() -> bool:
+    import io
+    import tokenize
+
+    tokens = list(tokenize.generate_tokens(io.StringIO("a b\n").readline))
+    return tokens[0].line is not tokens[1].line
 
 
 def python_source(cell: str) -> str | None:
@@ -121,7 +131,7 @@ def python_source(cell: str) -> str | None:
         return cell  # nested too deeply to parse: the reader says so
     except (SyntaxError, ValueError):
         pass
-    if sum(len(line) ** 2 for line in cell.splitlines()) > TRANSFORM_MAX_COST:
+    if _tokens_copy_their_line() and sum(len(line) ** 2 for line in cell.splitlines()) > TRANSFORM_MAX_COST:
         return None
     try:
         from IPython.core.inputtransformer2 import TransformerManager
@@ -143,7 +153,13 @@ def _python_source(cell: str) -> str:
 MAX_CODE_READ = 2_000_000
 
 
-class CodeTooLarge(Exception):
+class CodeUnreadable(Exception):
+    """The grader cannot read the notebook's code to judge a function's source: the message says
+    why.  The checks that read source fail then (a cell they skipped could hide what they look
+    for: a write into an argument, a fresh ``jax.jit``, a ``vmap``)."""
+
+
+class CodeTooLarge(CodeUnreadable):
     """The notebook holds more code than :data:`MAX_CODE_READ`."""
 
     def __init__(self, size: int) -> None:
@@ -167,12 +183,16 @@ def _definitions(cells: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
     if size > MAX_CODE_READ:
         raise CodeTooLarge(size)
     found: dict[str, list[str]] = {}
-    for cell in cells:
-        src = _python_source(cell)
+    for number, cell in enumerate(cells, 1):
+        src = python_source(cell)
+        if src is None:
+            raise CodeUnreadable(f"code cell {number} has IPython syntax on lines too long for the grader to read")
         try:
             tree = ast.parse(src)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
+        except (SyntaxError, ValueError):
             continue  # the kernel cannot run it either
+        except (RecursionError, MemoryError):
+            raise CodeUnreadable(f"code cell {number} is nested too deeply for the grader to read") from None
         for node in tree.body:
             targets: list[str] = []
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -301,44 +321,60 @@ def writes_into_arguments(cells: list[str], name: str) -> str:
     ``x += v``, ``x.fill(v)``, ``np.copyto(x, v)``, ``out=x``, or a call that hands the argument
     to a notebook function that does; "" when there is none.  Read from the notebook on the
     trusted side, so a kernel cannot hide it; it can only be written around."""
-    return _writes(cells, name, None, set(), {})
+    root: _Call = (name, None)
+    events: dict[_Call, list[tuple[str, _Call | None]]] = {}  # each function and argument set, read once
+    todo = [root]
+    while todo:
+        key = todo.pop()
+        if key in events:
+            continue
+        events[key] = _write_events(cells, key)
+        todo += [callee for _, callee in events[key] if callee is not None and callee not in events]
+    # which of them write, directly or through a function they hand the argument to (however
+    # deep, cycles included: reachability, each read once; a search that cut cycles by name and
+    # depth at 20 missed writes behind them, and read functions once per path, in factorial time)
+    callers: dict[_Call, list[_Call]] = {}
+    for key, evs in events.items():
+        for _, callee in evs:
+            if callee is not None:
+                callers.setdefault(callee, []).append(key)
+    writes = {key for key, evs in events.items() if any(callee is None for _, callee in evs)}
+    frontier = list(writes)
+    while frontier:
+        for caller in callers.get(frontier.pop(), ()):
+            if caller not in writes:
+                writes.add(caller)
+                frontier.append(caller)
+    return next((text for text, callee in events[root] if callee is None or callee in writes), "")
 
 
-def _writes(
-    cells: list[str], name: str, positions: set[int] | None, seen: set[str], memo: dict[tuple[str, Any], str]
-) -> str:
-    """What ``name`` writes into (its arguments at ``positions``, or all of them when None).
-    ``memo``: each function and argument set is read once per question (functions that all hand
-    ``x`` to one another were read once per path: factorial time, a red-team review)."""
-    key = (name, None if positions is None else frozenset(positions))
-    if key in memo:
-        return memo[key]
-    if name in seen or len(seen) > 20:
-        return ""
-    seen = seen | {name}
-    result = ""
+#: A function and the positions of the arguments that are the caller's array (None: all of them).
+_Call = tuple[str, frozenset[int] | None]
+
+
+def _write_events(cells: list[str], key: _Call) -> list[tuple[str, _Call | None]]:
+    """In source order over ``name``'s definitions, the statements that write into its arguments
+    at ``positions`` (callee None) and the calls that hand one of them to a notebook function
+    (the callee and the positions it gets)."""
+    name, positions = key
+    out: list[tuple[str, _Call | None]] = []
     for src in definition_sources(cells, name):
         try:
             tree = ast.parse(src)
-        except (SyntaxError, RecursionError, MemoryError):
+        except SyntaxError:
             continue
+        except (RecursionError, MemoryError):
+            raise CodeUnreadable(f"the definition of `{name}` is nested too deeply for the grader to read") from None
         func = tree.body[0] if tree.body else None
         if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            result = _first_write(cells, src, func, positions, seen, memo)
-            if result:
-                break
-    memo[key] = result
-    return result
+            out += _events_in(src, func, positions)
+    return out
 
 
-def _first_write(
-    cells: list[str],
-    src: str,
-    func: ast.FunctionDef | ast.AsyncFunctionDef,
-    positions: set[int] | None,
-    seen: set[str],
-    memo: dict[tuple[str, Any], str],
-) -> str:
+def _events_in(
+    src: str, func: ast.FunctionDef | ast.AsyncFunctionDef, positions: frozenset[int] | None
+) -> list[tuple[str, _Call | None]]:
+    out: list[tuple[str, _Call | None]] = []
     a = func.args
     params = [arg.arg for arg in [*a.posonlyargs, *a.args]]
     aliases = {p for i, p in enumerate(params) if positions is None or i in positions}
@@ -348,26 +384,27 @@ def _first_write(
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 if _base_name(target) in aliases and not isinstance(target, ast.Name):
-                    return ast.get_source_segment(src, node) or ""
+                    out.append((ast.get_source_segment(src, node) or "", None))
             same = _same_array(node.value, aliases)
             for target in node.targets:
                 if isinstance(target, ast.Name):
                     (aliases.add if same else aliases.discard)(target.id)
         elif isinstance(node, ast.AugAssign) and _base_name(node.target) in aliases:
-            return ast.get_source_segment(src, node) or ""
+            out.append((ast.get_source_segment(src, node) or "", None))
         elif isinstance(node, ast.Call):
             func_name = _called_name(node.func)
             receiver = node.func.value if isinstance(node.func, ast.Attribute) else None
-            if func_name in _IN_PLACE_METHODS and receiver is not None and _base_name(receiver) in aliases:
-                return ast.get_source_segment(src, node) or ""
-            if func_name in _IN_PLACE_FUNCTIONS and node.args and _base_name(node.args[0]) in aliases:
-                return ast.get_source_segment(src, node) or ""
-            if any(k.arg == "out" and _base_name(k.value) in aliases for k in node.keywords):
-                return ast.get_source_segment(src, node) or ""
-            handed = {i for i, arg in enumerate(node.args) if _base_name(arg) in aliases}
-            if handed and isinstance(node.func, ast.Name) and _writes(cells, node.func.id, handed, seen, memo):
-                return ast.get_source_segment(src, node) or ""
-    return ""
+            if (
+                (func_name in _IN_PLACE_METHODS and receiver is not None and _base_name(receiver) in aliases)
+                or (func_name in _IN_PLACE_FUNCTIONS and node.args and _base_name(node.args[0]) in aliases)
+                or any(k.arg == "out" and _base_name(k.value) in aliases for k in node.keywords)
+            ):
+                out.append((ast.get_source_segment(src, node) or "", None))
+                continue
+            handed = frozenset(i for i, arg in enumerate(node.args) if _base_name(arg) in aliases)
+            if handed and isinstance(node.func, ast.Name):
+                out.append((ast.get_source_segment(src, node) or "", (node.func.id, handed)))
+    return out
 
 
 def _in_order(body: list[ast.stmt]) -> list[ast.AST]:

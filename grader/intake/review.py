@@ -314,6 +314,7 @@ class _Clock:
     def __init__(self, seconds: float) -> None:
         self.deadline = time.monotonic() + seconds
         self.cell = 0  # the cell being read
+        self.scanning = False  # the cells (after the names)
 
     def check(self) -> None:
         if time.monotonic() > self.deadline:
@@ -329,7 +330,12 @@ def review_cells(cells: list[tuple[int, str]]) -> list[Finding]:
     try:
         _review(cells, clock, findings)
     except _OutOfTime:
-        what = f"code that takes the grader more than {REVIEW_SECONDS:g} s to read: read up to this cell"
+        what = (
+            f"the review stopped after {REVIEW_SECONDS:g} s in this cell: this cell and the ones after it were "
+            "not reviewed"
+            if clock.scanning
+            else f"the review stopped after {REVIEW_SECONDS:g} s, reading the notebook's names: no cell was reviewed"
+        )
         findings.append(Finding(clock.cell, 1, "", "dynamic", what))
     return findings[:MAX_FINDINGS]
 
@@ -345,6 +351,7 @@ def _review(cells: list[tuple[int, str]], clock: _Clock, findings: list[Finding]
     clock.cell = cells[0][0] if cells else 0  # the names are read from every cell first
     names = _Names.of([src for _, src, _ in sources if src is not None], clock)
     budget = [MAX_STRINGS_TOTAL]
+    clock.scanning = True
     for index, source, raw in sources:
         clock.cell = index
         seen: set[tuple[int, str]] = set()
@@ -571,17 +578,24 @@ class _Scan:
         text = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
         self.out.append((line, kind, what, text))
 
-    def _inner(self, node: ast.AST, code: str, depth: int, first_line: int, *, one_line: bool = False) -> None:
+    def _inner(
+        self, node: ast.AST, code: str, depth: int, first_line: int, *, one_line: bool = False, cell: bool = False
+    ) -> None:
         """Findings in ``code`` (a magic's code, a string that is Python), at their lines (all
-        at ``first_line`` for code written on one line of the cell: ``"a\\nb"``)."""
-        if depth >= MAX_DEPTH or len(code) > MAX_STRING:
+        at ``first_line`` for code written on one line of the cell: ``"a\\nb"``).  ``cell``: a
+        magic's code written in the cell, read whatever its length (the cells' own cap counts it),
+        where a string is read up to :data:`MAX_STRING` and the notebook's strings budget."""
+        if depth >= MAX_DEPTH:
             return
-        if self.budget[0] < len(code):
-            if self.budget[0] >= 0:  # said once
-                self.add(node, "dynamic", "more code in strings than the grader reads")
-                self.budget[0] = -1
-            return
-        self.budget[0] -= len(code)
+        if not cell:
+            if len(code) > MAX_STRING:
+                return
+            if self.budget[0] < len(code):
+                if self.budget[0] >= 0:  # said once
+                    self.add(node, "dynamic", "more code in strings than the grader reads")
+                    self.budget[0] = -1
+                return
+            self.budget[0] -= len(code)
         source = python_source(code)
         if source is None:
             self.add(node, "dynamic", "IPython syntax on lines too long for the grader to read")
@@ -751,10 +765,11 @@ class _Scan:
         if magic in RUNNING_MAGICS:
             self.add(node, "dynamic", f"%{magic}")
         line = getattr(node, "lineno", 1)
+        cell = depth == 0  # written in the cell itself (not in a string read as code)
         if node.func.attr == "run_cell_magic":
-            self._inner(node, code, depth, line + 1)  # the cell's code starts below `%%magic`
+            self._inner(node, code, depth, line + 1, cell=cell)  # the cell's code starts below `%%magic`
         else:
-            self._inner(node, _without_options(code), depth, line)
+            self._inner(node, _without_options(code), depth, line, cell=cell)
 
     def _patches(self, target: ast.AST, attr: str) -> bool:
         """Whether setting ``attr`` on ``target`` changes code the grader relies on."""

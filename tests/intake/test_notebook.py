@@ -195,10 +195,68 @@ def test_functions_that_hand_an_argument_to_one_another_are_each_read_once(monke
     real = notebook.definition_sources
     monkeypatch.setattr(notebook, "definition_sources", lambda cells, name: asked.append(name) or real(cells, name))
     assert writes_into_arguments(cells, "g0") == ""
-    assert sorted(asked) == sorted(f"g{i}" for i in range(n))
+    # each function once per argument set it is handed: g0 as asked (all arguments) and as handed x
+    assert sorted(set(asked)) == sorted(f"g{i}" for i in range(n)) and len(asked) == n + 1
     cells.append(f"def g{n}(x):\n    x[0] = 1")
     cells[0] = cells[0].replace("    g1(x)\n", f"    g1(x)\n    g{n}(x)\n", 1)
-    assert writes_into_arguments(cells, "g0") == f"g{n}(x)"
+    # g1 hands x back to g0, which hands it to the writer: the first call that leads to the write
+    assert writes_into_arguments(cells, "g0") == "g1(x)"
+
+
+@pytest.mark.parametrize(
+    ("cells", "found"),
+    [
+        # a chain 21 calls deep behind a shorter call: the old search cut at depth 20 and, once
+        # the memo had stored that cut, missed the write behind it
+        (
+            ["def R(x):\n    C1(x)\n    C20(x)"]
+            + [f"def C{i}(x):\n    C{i + 1}(x)" for i in range(1, 21)]
+            + ["def C21(x):\n    x[0] = 1"],
+            "C1(x)",
+        ),
+        # a cycle that reaches the write through another argument position
+        (
+            [
+                "def A(a, b, go):\n    if go:\n        B(a)\n    b[0] = 1",
+                "def B(p):\n    A(np.zeros(1), p, False)",
+                "def R(x):\n    A(x, np.zeros(1), True)\n    B(x)",
+            ],
+            "A(x, np.zeros(1), True)",  # A hands x to B, which hands it back to A as `b`
+        ),
+        (["def R(x):\n    S(x)", "def S(y):\n    R(y)"], ""),  # a cycle that writes nothing
+    ],
+)
+def test_a_write_behind_a_deep_chain_or_a_cycle_is_found(cells: list[str], found: str) -> None:
+    """Which functions write is reachability over (function, argument positions), each read
+    once: no depth cut, and a cycle is followed through every argument it hands on (a review
+    found both ways of hiding a write from a memoized search)."""
+    assert writes_into_arguments(cells, "R") == found
+
+
+@pytest.mark.parametrize(
+    ("cell", "why"),
+    [
+        ("%load_ext autoreload\n# " + "x" * 12_000, "has IPython syntax on lines too long for the grader to read"),
+        ("y = " + "+".join(["1"] * 3000), "is nested too deeply for the grader to read"),
+    ],
+)
+def test_a_cell_the_grader_cannot_read_fails_the_source_checks(
+    monkeypatch: pytest.MonkeyPatch, cell: str, why: str
+) -> None:
+    """A cell skipped by the checks that read source could hide what they look for (a write into
+    an argument, a fresh `jax.jit`): the checks fail instead, saying which cell (a review found
+    both: IPython syntax on a long line, and nesting too deep for the grader's parser)."""
+    from grader.errors import CheckFailure
+    from grader.grading.submission import _read_in_full
+    from grader.intake import notebook
+
+    monkeypatch.setattr(notebook, "_tokens_copy_their_line", lambda: True)  # as on Python 3.12.1
+    cells = ["import numpy as np", cell + "\ndef f(x):\n    x[0] = 1\n    return x"]
+    with pytest.raises(CheckFailure, match=f"code cell 2 {why}: the checks that read your source cannot judge it"):
+        with _read_in_full():
+            writes_into_arguments(cells, "f")
+    with pytest.raises(CheckFailure, match="cannot judge it"), _read_in_full():
+        reachable_sources(cells, "f")
 
 
 def test_a_notebook_of_more_code_than_the_grader_reads_is_refused_by_the_source_checks() -> None:

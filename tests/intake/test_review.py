@@ -206,29 +206,44 @@ def test_ipython_syntax_on_lines_too_long_to_transform_is_a_finding_not_a_memory
 ) -> None:
     """IPython's transformer tokenizes a cell, and Python 3.12.1's tokenizer copies a line into
     each of its tokens: the test above took a trusted pytest process past 24 GB there (killed by
-    the kernel's OOM killer, Python 3.12 only).  Plain Python is not transformed at all; a cell
-    with IPython syntax whose lines cost too much is not transformed either, and is a finding,
-    also in a string read as code."""
+    the kernel's OOM killer, Python 3.12 only).  Plain Python is not transformed at all; where
+    the tokenizer copies lines, a cell with IPython syntax whose lines cost too much is not
+    transformed either, and is a finding, also in a string read as code; elsewhere it is read."""
     from IPython.core.inputtransformer2 import TransformerManager
 
+    from grader.intake import notebook
     from grader.intake.notebook import TRANSFORM_MAX_COST, python_source
 
     long_line = "x = " + "-" * 200_000 + "1"
     assert sum(len(line) ** 2 for line in long_line.splitlines()) > TRANSFORM_MAX_COST
+    magic = "%time " + long_line
+    assert python_source(magic) not in (None, magic) or notebook._tokens_copy_their_line()
 
     def refuse(self: object, cell: str) -> str:
         raise AssertionError("transformed")
 
+    monkeypatch.setattr(notebook, "_tokens_copy_their_line", lambda: True)  # as on Python 3.12.1
     monkeypatch.setattr(TransformerManager, "transform_cell", refuse)
     assert python_source("import jax\nx = 1\n") == "import jax\nx = 1\n"  # plain Python, as it is
     assert python_source(long_line) == long_line  # too deep to parse: as it is, the reader says why
-    assert python_source("%time " + long_line) is None
-    found = review_cells([(0, "import jax"), (2, "y = 2\n%time " + long_line)])
+    assert python_source(magic) is None
+    found = review_cells([(0, "import jax"), (2, "y = 2\n" + magic)])
     assert [(f.cell, f.line, f.kind, f.what) for f in found] == [
         (2, 2, "dynamic", "IPython syntax on lines too long for the grader to read")
     ]
-    found = review_cells([(0, f"get_ipython().run_line_magic('time', {'%time x = ' + '-' * 15_000 + '1'!r})")])
+    long_magic = "%time x = " + "-" * 15_000 + "1"
+    found = review_cells([(0, f"get_ipython().run_line_magic('time', {long_magic!r})")])
     assert [(f.kind, f.what) for f in found] == [("dynamic", "IPython syntax on lines too long for the grader to read")]
+
+
+def test_a_magics_code_is_read_whatever_its_length() -> None:
+    """A `%%time` cell's code is the cell's own: it is read like any cell's, past the length up
+    to which strings are read as code (an `exec` after 30,000 characters of it was not seen)."""
+    from grader.intake.review import MAX_STRING
+
+    body = "y = 2\n" * (MAX_STRING // 6 + 1000)
+    found = review_cells([(0, "%%time\n" + body + "exec(code)")])
+    assert [(f.line, f.kind, f.what) for f in found] == [(body.count("\n") + 2, "dynamic", "exec(...)")]
 
 
 def test_reading_strings_as_code_has_a_budget() -> None:
@@ -363,8 +378,22 @@ def test_code_built_to_read_slowly_is_read_up_to_a_deadline(monkeypatch: pytest.
 
     cells = [(0, "import jax"), (3, "x = a" + ".b" * 50), (5, "y = 1")]
     assert review_cells(cells) == []
-    monkeypatch.setattr(review, "REVIEW_SECONDS", 0.0)
+    monkeypatch.setattr(review, "REVIEW_SECONDS", -1.0)
     found = review_cells(cells)
     assert [(f.cell, f.kind, f.what) for f in found] == [
-        (0, "dynamic", "code that takes the grader more than 0 s to read: read up to this cell")
+        (0, "dynamic", "the review stopped after -1 s, reading the notebook's names: no cell was reviewed")
+    ]
+    real = review._Scan.cell
+
+    def late(self: review._Scan, source: str, depth: int = 0) -> list:
+        if self.clock.cell == 3 and depth == 0:  # time runs out while cell 3 is read
+            self.clock.deadline = -1.0
+        return real(self, source, depth)
+
+    monkeypatch.setattr(review, "REVIEW_SECONDS", 60.0)
+    monkeypatch.setattr(review._Scan, "cell", late)
+    found = review_cells([(0, "import jax"), (1, "exec(a)"), (3, "x = a.b"), (5, "eval(b)")])
+    assert [(f.cell, f.kind, f.what) for f in found] == [
+        (1, "dynamic", "exec(...)"),
+        (3, "dynamic", "the review stopped after 60 s in this cell: this cell and the ones after it were not reviewed"),
     ]
