@@ -613,10 +613,8 @@ def test_a_negative_jobs_count_is_refused(tmp_path: Path, capsys: pytest.Capture
     assert stop.value.code == 2 and "--jobs: expected 1 or more" in capsys.readouterr().err
 
 
-def test_a_long_check_says_it_is_still_checking(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A student whose cell loops forever waited a minute without a word (a walkthrough): past
-    STILL_CHECKING_AFTER the check says it is going on, when such a cell is stopped, and Ctrl-C."""
-    from grader.grading import check_server
+def _slow_check(tmp_path: Path) -> tuple[Path, Path]:
+    """A course whose cells stop after 5 s, and a right notebook with a cell that takes 2 s."""
     from tests.minicourse import make_minicourse, notebook
 
     course = make_minicourse(tmp_path / "course", "{cell_timeout: 5}")
@@ -625,6 +623,15 @@ def test_a_long_check_says_it_is_still_checking(tmp_path: Path, monkeypatch: pyt
                          "source": "import time\ntime.sleep(2)"})  # fmt: skip
     nb = tmp_path / "slow.ipynb"
     nb.write_text(json.dumps(doc))
+    return course, nb
+
+
+def test_a_long_check_says_it_is_still_checking(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A student whose cell loops forever waited a minute without a word (a walkthrough): past
+    STILL_CHECKING_AFTER the check says it is going on, when such a cell is stopped, and Ctrl-C."""
+    from grader.grading import check_server
+
+    course, nb = _slow_check(tmp_path)
     monkeypatch.setattr(check_server, "STILL_CHECKING_AFTER", 0.5)
     code, _, err = run("--course", str(course), "check", "--no-server", "--assignment", "double", str(nb))
     assert code == 0, err
@@ -640,14 +647,9 @@ def test_a_long_check_under_watch_says_it_is_still_checking(tmp_path: Path) -> N
     import subprocess
     import sys
 
-    from tests.minicourse import as_from_a_terminal, make_minicourse, notebook
+    from tests.minicourse import as_from_a_terminal
 
-    course = make_minicourse(tmp_path / "course", "{cell_timeout: 5}")
-    doc = json.loads(notebook("full"))
-    doc["cells"].append({"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
-                         "source": "import time\ntime.sleep(2)"})  # fmt: skip
-    nb = tmp_path / "slow.ipynb"
-    nb.write_text(json.dumps(doc))
+    course, nb = _slow_check(tmp_path)
     argv = ["--course", str(course), "check", "--assignment", "double", "--watch", "--json", str(nb)]
     start = (
         "import sys; from grader.grading import check_server; check_server.STILL_CHECKING_AFTER = 0.5; "
