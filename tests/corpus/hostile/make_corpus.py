@@ -474,8 +474,10 @@ def corpus() -> dict[str, dict]:
         *[f"print({i}, 'x' * 20_000)\nraise ValueError('e' * 20_000)" for i in range(330)], OK
     )
     # a cell whose IPython syntax the grader's code review would tokenize: on Python 3.12.1 a line
-    # of 200,000 tokens made the trusted process copy the line into every token (past 24 GB)
-    nbs["h_review_tokenizer_bomb"] = notebook("%time y = " + "-" * 200_000 + "1", OK)
+    # of 200,000 tokens made the trusted process copy the line into every token (past 24 GB).  It
+    # comes after `double`: the kernel's own IPython tokenizes it too, and there it ends in a
+    # MemoryError (3.12.1) or a RecursionError, in the student's sandbox
+    nbs["h_review_tokenizer_bomb"] = notebook(OK, "%time y = " + "-" * 200_000 + "1")
     # honest submissions graded in the same batch: their results must not change
     nbs["honest_full"] = notebook(OK)
     nbs["honest_half"] = notebook(
