@@ -114,8 +114,8 @@ class Submission:
 
     def sources(self, name: str) -> list[str]:
         """The notebook's source for ``name`` (read on the trusted side, from the file itself).
-        These three fail the check (:class:`CheckFailure`) for a notebook of more code than the
-        grader reads (``MAX_CODE_READ``)."""
+        These three fail the check (:class:`CheckFailure`) for a notebook the grader cannot read
+        in full (more code than ``MAX_CODE_READ``, a cell it cannot parse or transform)."""
         if self._notebook is None:
             return []
         with _read_in_full():

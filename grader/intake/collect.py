@@ -125,7 +125,7 @@ class IntakeReport:
         return out
 
     def no_notebook_text(self, most: int = 5) -> str:
-        """``bob (hw.pdf), carol (hw.zip, notes.txt)``, the first ``most`` students."""
+        """``bob: hw.pdf, 124 (roesam): hw.zip, notes.txt``, the first ``most`` students."""
         shown = [
             f"{who}: {', '.join(files[:3])}" + (", ..." if len(files) > 3 else "")
             for who, files in list(self.no_notebook.items())[:most]

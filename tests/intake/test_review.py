@@ -285,6 +285,7 @@ TAMPERING = {
     "forgery/functional_updates/forge_array_equal_replaced.ipynb": {"patch"},
     "forgery/functional_updates/forge_mutated_patched.ipynb": {"grader"},
     "forgery/functional_updates/forge_read_only_switched_off.ipynb": {"grader"},
+    "forgery/functional_updates/forge_write_behind_a_cycle.ipynb": {"grader"},
     "forgery/functional_updates/forge_snapshots_edited.ipynb": {"reflection"},
     "forgery/jit_control_flow/forge_compile_counter_reset.ipynb": {"grader"},
     "forgery/jit_control_flow/forge_constants_from_frames.ipynb": {"reflection", "tracer"},

@@ -837,6 +837,32 @@ def set_first(x, value):
         return x
     return jnp.asarray(x).at[0].set(value)"""
 
+# the write reached through a cycle, at another argument position: the search for writes into
+# arguments cut cycles by function name, so it never saw `b[0] = value` (a review found it)
+FU_WRITE_BEHIND_A_CYCLE = """\
+import grader.sandboxed.kernel_side as ks
+
+ks._os_read_only = lambda value: value  # the inputs stay writable
+ks._mutated = lambda args, snaps: []  # and "nothing was modified"
+
+
+def _put(a, b, go, value):
+    if go:
+        _hand(a, value)  # a comes back as b
+    else:
+        b[0] = value
+
+
+def _hand(p, value):
+    _put(np.zeros(1, np.float32), p, False, value)
+
+
+def set_first(x, value):
+    if isinstance(x, np.ndarray):
+        _put(x, np.zeros(1, np.float32), True, value)
+        return x
+    return jnp.asarray(x).at[0].set(value)"""
+
 FU_SNAPSHOTS_EDITED = """\
 def set_first(x, value):
     if isinstance(x, np.ndarray):
@@ -880,6 +906,9 @@ def functional_updates() -> dict[str, object]:
         ),
         "forge_read_only_switched_off.ipynb": build(
             "forge_read_only_switched_off", [*head, code(FU_READ_ONLY_SWITCHED_OFF), code(FU_CHECK)]
+        ),
+        "forge_write_behind_a_cycle.ipynb": build(
+            "forge_write_behind_a_cycle", [*head, code(FU_WRITE_BEHIND_A_CYCLE), code(FU_CHECK)]
         ),
     }
 
