@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import nbformat
@@ -51,6 +52,45 @@ def test_invalid_notebook_schema(tmp_path: Path) -> None:
     data = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [{"cell_type": "code"}]}
     with pytest.raises(NotebookError, match="is not a valid notebook"):
         load_notebook(_write(tmp_path / "c.ipynb", data))
+
+
+def test_an_invalid_notebook_is_not_searched_cell_by_cell_for_its_best_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nbformat words a schema error by running jsonschema over the whole notebook, about 1 ms a
+    cell: minutes in a trusted process for a notebook of many cells with one bad one at its end.
+    The error is found by fastjsonschema, and jsonschema words it for the one cell it is in."""
+    import nbformat.json_compat
+
+    seen: list[int] = []
+    slow = nbformat.json_compat.JsonSchemaValidator.iter_errors
+
+    def counted(self, data, schema=None):  # type: ignore[no-untyped-def]
+        seen.append(len(data.get("cells", ())) if isinstance(data, dict) else 0)
+        return slow(self, data, schema)
+
+    monkeypatch.setattr(nbformat.json_compat.JsonSchemaValidator, "iter_errors", counted)
+    cell = {"cell_type": "code", "metadata": {}, "source": "x = 1", "outputs": [], "execution_count": None}
+    cells = [{**cell, "id": f"c{i}"} for i in range(2000)]
+    cells[-1]["bogus"] = 1
+    p = _write(tmp_path / "many.ipynb", {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": cells})
+    with pytest.raises(NotebookError) as e:
+        load_notebook(p)
+    assert str(e.value) == (
+        f"{p}: is not a valid notebook: cell 2000: Additional properties are not allowed ('bogus' was unexpected)"
+    )
+    assert seen and max(seen) == 1  # jsonschema read one cell, not 2000
+    # an error outside the cells keeps fastjsonschema's words, and a valid notebook is read as before
+    meta = {"nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": 3}, "cells": []}
+    with pytest.raises(
+        NotebookError, match=re.escape("is not a valid notebook: data.metadata.kernelspec must be object")
+    ):
+        load_notebook(_write(tmp_path / "meta.ipynb", meta))
+    cells[-1].pop("bogus")
+    assert (
+        len(load_notebook(_write(tmp_path / "fine.ipynb", {**json.loads(p.read_text()), "cells": cells})).node.cells)
+        == 2000
+    )
 
 
 def test_old_minor_without_ids_is_normalized(tmp_path: Path) -> None:
