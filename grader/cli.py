@@ -607,6 +607,10 @@ def _grade_batch(batch: Batch, intake: IntakeReport, args: argparse.Namespace, o
             batch.run(todo, jobs=jobs, on_record=advance)
         records = batch.finish(intake.submissions)
         lost, bugs, runs = list(batch.lost), list(batch.bugs), dict(batch.lost_runs)
+    from grader.grading.grade import OVER_LIMIT
+
+    over = [r for r in lost if r.message.startswith(OVER_LIMIT)]
+    lost = [r for r in lost if not r.message.startswith(OVER_LIMIT)]
     _summary(records, progress.elapsed, f"{len(todo)} submission(s) ({progress.counts()})", out_dir, err)
     if intake.no_notebook:
         print(
@@ -624,6 +628,19 @@ def _grade_batch(batch: Batch, intake: IntakeReport, args: argparse.Namespace, o
         print(
             "TIP: The traceback is in the log above. Report it with `jaxgrade --version`; once it is fixed, run "
             "the same command again: it grades only these.",
+            file=err,
+        )
+    if over:
+        print(
+            f"jaxgrade: error: {len(over)} submission(s) not graded: the grader's own process ran past its memory "
+            f"or time limit while grading them ({terminal_safe(', '.join(r.student for r in over))}); nothing of "
+            "theirs was kept",
+            file=err,
+        )
+        print(
+            "TIP: Read these notebooks before grading them again (their records say which limit): a notebook that "
+            "makes the grader itself this large or this slow is a bug in jaxgrade or an attack on it. Report it "
+            "(SECURITY.md).",
             file=err,
         )
     if lost:
@@ -650,7 +667,7 @@ def _grade_batch(batch: Batch, intake: IntakeReport, args: argparse.Namespace, o
                 ),
                 file=err,
             )
-    return EXIT_FAIL if lost or bugs else EXIT_OK
+    return EXIT_FAIL if lost or bugs or over else EXIT_OK
 
 
 class _Progress:

@@ -8,7 +8,16 @@ default); if that one is lost too, the task is reported as :class:`Lost`, and th
 batch goes on in fresh processes.
 
 Processes are spawned (a fork after JAX has started can deadlock), and ``initializer`` runs in
-each before its first task.  A task that raises is a grader bug, but one that costs only that
+each before its first task.
+
+The workers are trusted, and protected from the OOM killer (grader/host/cgroups.py), so a task
+that grows without bound would have the machine's every other process killed first, and one
+that never ends would hold the batch.  Two limits of their own end such a task as a loss
+instead: ``memory_bytes``, an address-space limit (RLIMIT_AS, soft: the sandboxes a worker
+starts set their own); a :class:`MemoryError` under it ends the worker, and the task is tried
+again once in a fresh one, as for a death.  And ``deadline``, seconds per task, after which the
+worker is killed and the task reported :class:`Lost`, not tried again: a task that slow is a
+grader bug or a submission that attacks the grader, and another try would cost as much.  A task that raises is a grader bug, but one that costs only that
 task: it is reported as :class:`Raised`, with the worker's traceback, and the batch goes on (a TA
 on a deadline gets the rest of the class graded).
 """
@@ -18,7 +27,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing
+import resource
 import signal
+import time
 import traceback
 from collections import deque
 from collections.abc import Callable, Hashable, Iterator, Sequence
@@ -37,10 +48,15 @@ class Lost:
 
     attempts: int
     exitcode: int | None
+    #: the grader's own limit the task ran past, in words ("its 8 GiB memory limit"), or None
+    limit: str | None = None
 
     @property
     def cause(self) -> str:
-        """The last death in words: "killed by SIGKILL", "exit code 1"."""
+        """The last death in words: "killed by SIGKILL", "exit code 1", "it ran past its 8 GiB
+        memory limit"."""
+        if self.limit:
+            return f"it ran past {self.limit}"
         code = self.exitcode
         if code is None:
             return "it stopped answering"
@@ -66,18 +82,43 @@ class Raised:
         return lines[-1].strip() if lines else "an exception without a traceback"
 
 
+def memory_in_words(n: int) -> str:
+    """``8589934592`` -> "8 GiB"; "1.5 GiB"; "512 MiB"."""
+    gib = n / 1024**3
+    return f"{gib:g} GiB" if gib >= 1 else f"{n / 1024**2:g} MiB"
+
+
 @dataclass
 class _Slot:
     proc: Any  # multiprocessing.process.BaseProcess
     conn: Connection
     key: Hashable | None = None
     args: tuple[Any, ...] = field(default_factory=tuple)
+    ends: float | None = None  # the task's deadline (time.monotonic()), if it has one
 
 
-def _serve(conn: Connection, initializer: Callable[..., None] | None, initargs: tuple[Any, ...]) -> None:
-    """The worker's loop: one task at a time, until ``None`` or the parent's end closes."""
+def limit_memory(memory_bytes: int) -> None:
+    """Lower this process's soft address-space limit to ``memory_bytes`` (never raise it; the
+    hard limit is left as it is, so that a sandbox started from here can set its own)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    new = memory_bytes if hard == resource.RLIM_INFINITY else min(memory_bytes, hard)
+    if soft == resource.RLIM_INFINITY or new < soft:
+        resource.setrlimit(resource.RLIMIT_AS, (new, hard))
+
+
+def _serve(
+    conn: Connection,
+    initializer: Callable[..., None] | None,
+    initargs: tuple[Any, ...],
+    memory_bytes: int | None = None,
+) -> None:
+    """The worker's loop: one task at a time, until ``None`` or the parent's end closes.  A task
+    that runs out of ``memory_bytes`` ends the worker (what it leaves behind is no state to
+    grade the next submission in)."""
     if initializer is not None:
         initializer(*initargs)
+    if memory_bytes is not None:
+        limit_memory(memory_bytes)  # after the initializer: JAX's own start is not a task's
     while True:
         try:
             task = conn.recv()
@@ -88,9 +129,13 @@ def _serve(conn: Connection, initializer: Callable[..., None] | None, initargs: 
         fn, args = task
         try:
             reply: tuple[str, Any] = ("ok", fn(*args))
+        except MemoryError:
+            reply = ("memory", "")
         except BaseException:  # everything goes back to the parent, which decides
             reply = ("raised", traceback.format_exc())
         conn.send(reply)
+        if reply[0] == "memory":
+            return
 
 
 class TrustedPool:
@@ -103,10 +148,12 @@ class TrustedPool:
         initializer: Callable[..., None] | None = None,
         initargs: tuple[Any, ...] = (),
         attempts: int = 2,
+        memory_bytes: int | None = None,
     ) -> None:
         if jobs < 1 or attempts < 1:
             raise ValueError("jobs and attempts must be at least 1")
         self.jobs, self.attempts = jobs, attempts
+        self.memory_bytes = memory_bytes
         self._ctx = multiprocessing.get_context("spawn")
         self._init, self._initargs = initializer, initargs
         self._slots: list[_Slot] = []
@@ -120,17 +167,24 @@ class TrustedPool:
 
     def _start(self) -> _Slot:
         parent, child = self._ctx.Pipe(duplex=True)
-        proc = self._ctx.Process(target=_serve, args=(child, self._init, self._initargs), daemon=True)
+        proc = self._ctx.Process(
+            target=_serve, args=(child, self._init, self._initargs, self.memory_bytes), daemon=True
+        )
         proc.start()
         child.close()
         self.started += 1
         return _Slot(proc, parent)
 
     def run(
-        self, fn: Callable[..., Any], tasks: Sequence[tuple[Hashable, tuple[Any, ...]]]
+        self,
+        fn: Callable[..., Any],
+        tasks: Sequence[tuple[Hashable, tuple[Any, ...]]],
+        *,
+        deadline: Callable[[Hashable], float | None] | None = None,
     ) -> Iterator[tuple[Hashable, Any]]:
         """Run ``fn(*args)`` for every ``(key, args)``; yield ``(key, result)``, ``(key, Lost)`` or
         ``(key, Raised)`` (never tried again: a bug does not go away in a fresh process).
+        ``deadline(key)`` is the seconds a try of that task may take (None: no limit).
 
         ``fn`` must be importable by name (a module-level function): it is sent to a spawned
         process.  Closing the generator early (an exception in the caller's loop) kills every
@@ -150,6 +204,8 @@ class TrustedPool:
                     if slot.key is None and queue:
                         slot.key, slot.args = queue.popleft()
                         tries[slot.key] = tries.get(slot.key, 0) + 1
+                        seconds = deadline(slot.key) if deadline is not None else None
+                        slot.ends = time.monotonic() + seconds if seconds is not None else None
                         try:
                             slot.conn.send((fn, slot.args))
                         except (OSError, ValueError):
@@ -157,26 +213,39 @@ class TrustedPool:
                 busy = [s for s in self._slots if s.key is not None]
                 # a stop asked of this process (a Ctrl-C whose KeyboardInterrupt a gc callback
                 # dropped: grader/host/interrupts.py) ends the wait as the Ctrl-C would have
-                ready = set(wait([s.conn for s in busy] + [s.proc.sentinel for s in busy] + [interrupts.fd()]))
+                ends = [s.ends for s in busy if s.ends is not None]
+                timeout = max(0.0, min(ends) - time.monotonic()) if ends else None
+                ready = set(wait([s.conn for s in busy] + [s.proc.sentinel for s in busy] + [interrupts.fd()], timeout))
                 if interrupts.fd() in ready:
                     raise KeyboardInterrupt
                 for slot in busy:
-                    if slot.conn not in ready and slot.proc.sentinel not in ready:
-                        continue
                     key = slot.key
+                    if slot.conn not in ready and slot.proc.sentinel not in ready:
+                        if slot.ends is not None and time.monotonic() >= slot.ends:
+                            yield key, self._overran(slot, key, tries, deadline)
+                        continue
                     try:
                         status, value = slot.conn.recv()
                     except (EOFError, OSError):
                         yield from self._lost(slot, key, tries, queue)
                         continue
-                    slot.key, slot.args = None, ()
+                    if status == "memory":  # the worker ends: a loss, tried once more
+                        limit = f"its {memory_in_words(self.memory_bytes or 0)} memory limit"
+                        yield from self._lost(slot, key, tries, queue, limit=limit)
+                        continue
+                    slot.key, slot.args, slot.ends = None, (), None
                     yield key, Raised(str(value)) if status == "raised" else value
         except BaseException:
             self.close(kill=True)
             raise
 
     def _lost(
-        self, slot: _Slot, key: Hashable, tries: dict[Hashable, int], queue: deque[tuple[Hashable, tuple[Any, ...]]]
+        self,
+        slot: _Slot,
+        key: Hashable,
+        tries: dict[Hashable, int],
+        queue: deque[tuple[Hashable, tuple[Any, ...]]],
+        limit: str | None = None,
     ) -> Iterator[tuple[Hashable, Any]]:
         args = slot.args
         slot.proc.join(timeout=10)
@@ -184,12 +253,31 @@ class TrustedPool:
         with contextlib.suppress(OSError):
             slot.conn.close()
         self._slots.remove(slot)
-        lost = Lost(tries[key], exitcode)
+        lost = Lost(tries[key], exitcode, limit)
         if tries[key] < self.attempts:
             log.warning("the trusted process grading %s was lost (%s); grading it again", key, lost.cause)
             queue.appendleft((key, args))
             return
         yield key, lost
+
+    def _overran(
+        self,
+        slot: _Slot,
+        key: Hashable,
+        tries: dict[Hashable, int],
+        deadline: Callable[[Hashable], float | None] | None,
+    ) -> Lost:
+        """Kill the worker of a task past its deadline: a :class:`Lost`, not tried again."""
+        with contextlib.suppress(Exception):
+            slot.proc.kill()
+        slot.proc.join(timeout=10)
+        with contextlib.suppress(OSError):
+            slot.conn.close()
+        self._slots.remove(slot)
+        seconds = deadline(key) if deadline is not None else None
+        lost = Lost(tries[key], slot.proc.exitcode, f"its {seconds:g} s time limit")
+        log.warning("the trusted process grading %s was killed: %s", key, lost.cause)
+        return lost
 
     def close(self, *, kill: bool = False) -> None:
         """Stop every worker: ask them to finish (or kill them) and wait."""

@@ -13,6 +13,7 @@ import hashlib
 import importlib.util
 import logging
 import os
+import resource
 import signal
 import sys
 import threading
@@ -26,7 +27,7 @@ import nbformat
 import pytest
 
 from grader import __version__
-from grader.batch.pool import Lost, Raised, TrustedPool
+from grader.batch.pool import Lost, Raised, TrustedPool, limit_memory, memory_in_words
 from grader.course.config import BrokenTestsError, check_requirements, load_course
 from grader.errors import SubmissionError
 from grader.grading import checks
@@ -205,6 +206,8 @@ def run_tests(
     errors = list(plugin.errors)
     if plugin.interrupted:  # Ctrl-C during the tests: stop, never a record that says "error"
         raise KeyboardInterrupt
+    if plugin.out_of_memory:  # the grader's limit, not a failed test: the submission is not graded
+        raise MemoryError("a test ran out of the grading process's memory")
     if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
         errors.append(f"pytest could not run the tests (exit code {int(code)}: {pytest.ExitCode(code).name})")
     return plugin.finish(), errors
@@ -261,10 +264,11 @@ def grade_notebook(
 def grade_one(assignment: Assignment, path: Path, *, student: str | None = None, **kwargs: Any) -> Record:
     """:func:`grade_notebook` in this process, with a bug of ours made the submission's
     ``grader_error`` record (never kept) as a pool does; a machine that cannot sandbox anyone
-    (:class:`SandboxSetupError`) and Ctrl-C stop the caller."""
+    (:class:`SandboxSetupError`), Ctrl-C and a :class:`MemoryError` (under
+    :func:`trusted_limits`' memory limit) go to the caller."""
     try:
         return grade_notebook(assignment, path, student=student, **kwargs)
-    except SandboxSetupError:
+    except (SandboxSetupError, MemoryError):  # a pool makes the latter a loss (grader/batch/pool.py)
         raise
     except Exception:
         return _bug_record(assignment, Path(path), student, Raised(traceback.format_exc()))
@@ -693,16 +697,22 @@ def _grade_many(
             warm_cache(assignment, iso, plan.folder, alternatives=plan.alternatives)
         ready = _ready_cache(assignment, cached)
         answers = EvalCache(answers_dir(assignment)) if cached else None
+        memory, _ = trusted_limits(assignment)
         for p in paths:
-            rec = grade_one(
-                assignment,
-                p,
-                student=students.get(p),
-                isolation=iso,
-                public_only=public_only,
-                xla_cache=ready,
-                eval_cache=answers,
-            )
+            try:
+                with memory_limit(memory):
+                    rec = grade_one(
+                        assignment,
+                        p,
+                        student=students.get(p),
+                        isolation=iso,
+                        public_only=public_only,
+                        xla_cache=ready,
+                        eval_cache=answers,
+                    )
+            except MemoryError:
+                limit = f"its {memory_in_words(memory)} memory limit"
+                rec = _lost_record(assignment, p, students.get(p), Lost(1, None, limit))
             out[p] = rec
             if on_result:
                 on_result(p, rec)
@@ -718,10 +728,16 @@ def _grade_many(
         tasks.append((_WARM, ("warm", root, assignment.name, iso, str(plan.folder), plan.alternatives)))
     tasks += [(p, ("grade", root, assignment.name, str(p), students.get(p), iso, public_only, cached)) for p in paths]
     initargs = (devices, os.getpid(), cache and iso == "bwrap")
-    with TrustedPool(max(1, jobs), initializer=_init_worker, initargs=initargs) as pool:
+    memory, seconds = trusted_limits(assignment)
+    notebooks = 1 + (len(assignment.alternatives()) if plan is not None and plan.alternatives else 0)
+
+    def deadline(key: Any) -> float:  # the warm grades the starter (and each alternative)
+        return seconds * (notebooks if key == _WARM else 1)
+
+    with TrustedPool(max(1, jobs), initializer=_init_worker, initargs=initargs, memory_bytes=memory) as pool:
         # an exception here (Ctrl-C, a failed commit, a grader bug) closes the generator, which
         # kills every worker: their sandboxes die with them (bwrap --die-with-parent)
-        for p, result in pool.run(_task, tasks):
+        for p, result in pool.run(_task, tasks, deadline=deadline):
             if p == _WARM:
                 continue
             assert isinstance(p, Path)
@@ -737,6 +753,43 @@ def _grade_many(
     return out
 
 
+#: The address space a trusted grading process may use at least (:func:`trusted_limits`): a
+#: worker that has graded uses about 1.6 GiB of it (0.3 GiB resident), JAX's threads included.
+TRUSTED_MEMORY_MIN = 8 * 1024**3
+#: Seconds a trusted grading process may spend on one notebook besides its sandbox's time limit
+#: at least (:func:`trusted_limits`); an honest notebook's own work there is seconds.
+TRUSTED_SLACK_MIN = 300.0
+
+
+def trusted_limits(assignment: Assignment) -> tuple[int, float]:
+    """(address-space bytes, seconds per notebook) for the trusted process that grades one of
+    the assignment's notebooks: the sandbox's memory limit, and at least
+    :data:`TRUSTED_MEMORY_MIN` (it holds what the sandbox sends back); the sandbox's time limit
+    for a submission and as long again for the grader's own work, at least
+    :data:`TRUSTED_SLACK_MIN`.  Those processes are protected from the OOM killer
+    (:func:`grader.host.cgroups.protect_trusted`): without a limit of their own, a notebook that
+    made one of them grow would have the machine's every other process killed first."""
+    limits = assignment.limits
+    seconds = limits.wall_timeout + max(TRUSTED_SLACK_MIN, limits.wall_timeout)
+    return max(TRUSTED_MEMORY_MIN, limits.memory_bytes), seconds
+
+
+@contextlib.contextmanager
+def memory_limit(memory_bytes: int) -> Iterator[None]:
+    """This process's soft address-space limit lowered to ``memory_bytes`` inside the block (a
+    pool's worker keeps it: grader/batch/pool.py), and set back after it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit_memory(memory_bytes)
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+#: How a lost record's message begins where the trusted process ran past its own limit
+#: (:func:`trusted_limits`), not lost to a kill from outside.
+OVER_LIMIT = "not graded: the grader's own process ran past its limit"
+
 #: The end of a lost record's message the first time; a later run that loses it again says more
 #: (:meth:`grader.batch.run.Batch.note_loss`).
 LOST_ONCE = (
@@ -751,6 +804,18 @@ def _lost_record(assignment: Assignment, path: Path, student: str | None, lost: 
         digest = sha256_file(path)
     except OSError:
         digest = ""
+    if lost.limit:  # the grader's own limit, not a death from outside: another try costs as much
+        message = (
+            f"{OVER_LIMIT} while grading this notebook ({lost.cause}{', twice' if lost.attempts > 1 else ''}); "
+            "this is not a score and it is not kept. "
+            "A notebook that makes the grader itself this slow or this large is a grader bug or an attack on "
+            "it: read the notebook, and report it (SECURITY.md), before grading it again"
+        )
+    else:
+        message = (
+            f"not graded: the grader's own process was lost {lost.attempts} time(s) while grading "
+            f"this notebook ({lost.cause}){LOST_ONCE}"
+        )
     return Record(
         assignment=assignment.name,
         student=student or path.stem,
@@ -758,10 +823,7 @@ def _lost_record(assignment: Assignment, path: Path, student: str | None, lost: 
         status="lost",
         grader_version=__version__,
         source=str(path),
-        message=(
-            f"not graded: the grader's own process was lost {lost.attempts} time(s) while grading "
-            f"this notebook ({lost.cause}){LOST_ONCE}"
-        ),
+        message=message,
     )
 
 

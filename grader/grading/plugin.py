@@ -176,6 +176,9 @@ class GradingPlugin:
         self.results: list[TestResult] = []
         self.errors: list[str] = []
         self.interrupted = False  # Ctrl-C reached pytest (pytest_keyboard_interrupt)
+        #: a test ran out of this (trusted) process's memory limit: not the student's failure,
+        #: so the grading stops (:func:`grader.grading.grade.run_tests`) instead of scoring it
+        self.out_of_memory = False
         self._meta: dict[str, TestMeta] = {}
         self._started: dict[str, float] = {}
 
@@ -262,6 +265,8 @@ class GradingPlugin:
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[Any]) -> Any:
         outcome = yield
         report = outcome.get_result()
+        if call.excinfo is not None and isinstance(call.excinfo.value, MemoryError):
+            self.out_of_memory = True
         if call.excinfo is not None and report.failed:
             report._jaxgrade = _failure(call.excinfo)  # type: ignore[attr-defined]
 

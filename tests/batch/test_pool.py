@@ -11,6 +11,7 @@ import io
 import json
 import logging
 import os
+import resource
 import signal
 import sqlite3
 import subprocess
@@ -25,6 +26,7 @@ import pytest
 from grader.batch.pool import Lost, Raised, TrustedPool
 from grader.cli import main
 from grader.grading import grade as grading
+from tests.conftest import build_notebook
 from tests.minicourse import make_minicourse, notebook, procs_with
 
 # ----------------------------------------------------------------------------- unit: the pool
@@ -109,6 +111,55 @@ def test_a_task_that_raises_costs_only_that_task() -> None:
     assert got == {i: 2 * i for i in range(6) if i != 3} and pool.started == 2
 
 
+def hog_on_three(x: int) -> int:
+    """Asks for 2 GiB on task 3 (more than the workers' limit in the test below)."""
+    if x == 3:
+        block = bytearray(2 * 1024**3)
+        return len(block)
+    return 2 * x
+
+
+def test_a_task_past_the_workers_memory_limit_is_a_loss_and_the_others_go_on() -> None:
+    """The workers are protected from the OOM killer: a task that grew without bound would have
+    everything else on the machine killed first.  Under the pool's address-space limit it gets
+    a MemoryError instead, which ends its worker; it is tried once more in a fresh one (it may
+    have been the worker's own state), then reported with the limit it ran past."""
+    with TrustedPool(2, memory_bytes=1536 * 1024**2) as pool:
+        got = dict(pool.run(hog_on_three, tasks(6)))
+        lost = got.pop(3)
+        assert got == {i: 2 * i for i in range(6) if i != 3}
+        assert isinstance(lost, Lost) and lost.attempts == 2
+        assert lost.cause == "it ran past its 1.5 GiB memory limit"
+        assert 2 + 1 <= pool.started <= 2 + 2  # each MemoryError ended its worker (the retry may go to an idle one)
+        # the limit is soft: what a worker starts (a sandbox) may set its own
+        limits = set(dict(pool.run(address_space_limit, tasks(4))).values())
+        assert limits == {(1536 * 1024**2, resource.RLIM_INFINITY)}
+
+
+def address_space_limit(x: int) -> tuple[int, int]:
+    return resource.getrlimit(resource.RLIMIT_AS)
+
+
+def sleep_on_three(x: int) -> int:
+    if x == 3:
+        time.sleep(600)
+    return 2 * x
+
+
+def test_a_task_past_its_deadline_is_killed_and_not_tried_again() -> None:
+    """A task that never ends (a grader bug, a submission that attacks the grader) would hold
+    the batch: past its deadline its worker is killed and it is reported, once; the rest go on."""
+    start = time.monotonic()
+    with TrustedPool(2) as pool:
+        got = dict(pool.run(sleep_on_three, tasks(6), deadline=lambda key: 3.0 if key == 3 else None))
+        lost = got.pop(3)
+        assert got == {i: 2 * i for i in range(6) if i != 3}
+        assert lost == Lost(1, -signal.SIGKILL, "its 3 s time limit")
+        assert lost.cause == "it ran past its 3 s time limit"
+        assert pool.started == 2 + (1 if len(pool.pids()) == 2 else 0)
+    assert time.monotonic() - start < 300  # not the task's 600 s
+
+
 def test_closing_the_run_early_kills_the_workers() -> None:
     pool = TrustedPool(2)
     run = pool.run(double, tasks(10))
@@ -180,7 +231,8 @@ def trusted_workers(tag: str) -> list[int]:
 
 def start_grade(tmp: Path, course: Path, folder: Path, tag: str) -> subprocess.Popen[str]:
     cmd = [sys.executable, "-m", "grader", "--course", str(course), "grade", "--assignment", "double"]
-    cmd += ["--out", str(tmp / "out"), "--jobs", "2", str(folder)]
+    # without the compilation cache's warm task, whose worker kill_busy_worker could pick instead
+    cmd += ["--out", str(tmp / "out"), "--jobs", "2", "--no-cache", str(folder)]
     env = {**os.environ, "JAXGRADE_TEST_TAG": tag}
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -309,6 +361,47 @@ def test_a_grader_bug_in_one_submission_is_reported_and_the_batch_goes_on(
     assert "raise_for_buggy" in caplog.text and "Traceback" in caplog.text  # the whole traceback, in the log
     assert {k: r["status"] for k, r in results(tmp_path / "out").items()} == {"full": "graded"}
     assert gradebook_students(tmp_path / "out") == ["full"]  # not kept: the next run grades it
+
+
+#: A hidden test that a submission can make the trusted process ask for 12 GiB (a stand-in for
+#: a bug of the grader's that a notebook reaches: every known one is bounded).  np.empty touches
+#: nothing, so without a limit it succeeds at no cost and the test passes.
+GREEDY_TEST = '''
+
+@pytest.mark.points(1)
+@pytest.mark.category("numerics")
+def test_double_of_seven(submission):
+    """double(7.0) is 14.0."""
+    if float(submission.double(np.float64(7.0))) == 7.0:
+        np.empty(12 * 1024**3, np.uint8)
+    assert float(submission.double(np.float64(7.0))) == 14.0
+'''
+
+GREEDY_SOURCE = "import numpy as np\ndef double(x):\n    x = np.asarray(x)\n    return x if x.shape == () and float(x) == 7.0 else 2 * x"
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])  # graded in this process, or by the pool
+def test_a_notebook_that_makes_the_trusted_process_grow_past_its_limit_is_not_scored(
+    tmp_path: Path, course: Path, jobs: str
+) -> None:
+    """The trusted process runs under an address-space limit (grade.trusted_limits): what a
+    notebook makes it ask for past that is a MemoryError, which ends that submission's grading
+    as not graded, with the limit named, and never a failed test (the student's points) or the
+    machine's memory; the rest of the class is graded."""
+    hidden = course / "reference" / "double" / "tests" / "test_hidden.py"
+    hidden.write_text(hidden.read_text() + GREEDY_TEST)
+    folder = tmp_path / "class"
+    folder.mkdir()
+    (folder / "greedy.ipynb").write_text(build_notebook(GREEDY_SOURCE))
+    (folder / "full.ipynb").write_text(notebook("full"))
+    code, err = grade_cli(course, folder, tmp_path / "out", "--jobs", jobs)
+    assert code == 1, err
+    assert "1 submission(s) not graded: the grader's own process ran past its memory or time limit" in err
+    assert "(greedy); nothing of theirs was kept" in err and "TIP: Read these notebooks before grading" in err
+    assert "Run the same command again" not in err  # another try costs as much
+    assert {k: (r["status"], r["score"]) for k, r in results(tmp_path / "out").items()} == {"full": ("graded", 5.0)}
+    assert gradebook_students(tmp_path / "out") == ["full"]  # not kept
+    assert resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY  # this process's, set back
 
 
 def test_a_submission_lost_again_on_the_next_run_says_so(
