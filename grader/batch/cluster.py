@@ -69,7 +69,7 @@ from typing import Any
 import distributed
 
 import grader
-from grader.batch.pool import Lost, Raised
+from grader.batch.pool import Lost, Raised, memory_in_words
 from grader.course.config import (
     COURSE_FILE,
     Assignment,
@@ -78,7 +78,15 @@ from grader.course.config import (
     check_requirements,
     load_course,
 )
-from grader.grading.grade import _bug_record, _init_worker, _lost_record, _task, cache_plan
+from grader.grading.grade import (
+    _bug_record,
+    _init_worker,
+    _lost_record,
+    _task,
+    cache_plan,
+    memory_limit,
+    trusted_limits,
+)
 from grader.grading.record import Record, cap_record
 from grader.host.sandbox import choose_isolation
 
@@ -353,9 +361,19 @@ def worker_isolation(requested: str) -> str:
 
 
 class _ChildLost(Exception):
-    def __init__(self, exitcode: int | None) -> None:
+    """The child died (``limit`` None), or ended after a MemoryError under its memory limit."""
+
+    def __init__(self, exitcode: int | None, limit: str | None = None) -> None:
         super().__init__(exitcode)
-        self.exitcode = exitcode
+        self.exitcode, self.limit = exitcode, limit
+
+
+class _Overran(Exception):
+    """The child was killed past the task's deadline."""
+
+    def __init__(self, exitcode: int | None, seconds: float) -> None:
+        super().__init__(exitcode)
+        self.exitcode, self.seconds = exitcode, seconds
 
 
 class _Stopped(Exception):
@@ -389,23 +407,38 @@ class _Child:
             env=env,
         )
 
-    def call(self, args: list[Any], stopped: Callable[[], bool] | None = None) -> Any:
+    def call(
+        self,
+        args: list[Any],
+        stopped: Callable[[], bool] | None = None,
+        limits: tuple[int | None, float | None] = (None, None),
+    ) -> Any:
         """The child's answer to ``args``.  With ``stopped``, asked before and then every
         :data:`STOP_POLL` seconds while the child works: once it says so, :class:`_Stopped` is
-        raised, before anything is sent, or after the child's grading was stopped (:meth:`stop`)."""
+        raised, before anything is sent, or after the child's grading was stopped (:meth:`stop`).
+        ``limits``: the address space the child's task may use (a MemoryError past it ends the
+        child: :class:`_ChildLost` with the limit) and the seconds it may take (past them the
+        child is killed: :class:`_Overran`), as a local pool's (grader/batch/pool.py)."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
         if stopped is not None and stopped():
             raise _Stopped(sent=False)
+        memory, seconds = limits
+        ends = time.monotonic() + seconds if seconds is not None else None
         try:
-            self.proc.stdin.write(json.dumps(args).encode() + b"\n")
+            self.proc.stdin.write(json.dumps([args, memory]).encode() + b"\n")
             self.proc.stdin.flush()
             # one line per request, read whole: nothing is left in the reader's buffer between
             # two calls, so the pipe's descriptor says whether the next reply has begun (poll:
             # select() refuses descriptors from 1024 on, which a busy worker may reach)
-            while stopped is not None and not self._readable(STOP_POLL):
-                if stopped():
+            while (stopped is not None or ends is not None) and not self._readable(
+                STOP_POLL if ends is None else max(0.0, min(STOP_POLL, ends - time.monotonic()))
+            ):
+                if stopped is not None and stopped():
                     self.stop()
                     raise _Stopped(sent=True)
+                if ends is not None and time.monotonic() >= ends:
+                    self.close()
+                    raise _Overran(self.proc.returncode, seconds or 0.0)
             line = self.proc.stdout.readline()
         except (BrokenPipeError, OSError):
             line = b""
@@ -413,6 +446,9 @@ class _Child:
             self.close()
             raise _ChildLost(self.proc.returncode)
         status, value = json.loads(line)
+        if status == "memory":  # the child ends after a MemoryError
+            self.close()
+            raise _ChildLost(self.proc.returncode, f"its {memory_in_words(memory or 0)} memory limit")
         if status == "raised":  # a grader bug: that submission gets a grader_error record, as locally
             return Raised(f"on worker {_here()}:\n{value}")
         return value
@@ -449,27 +485,44 @@ _THREAD = threading.local()
 ATTEMPTS = 2  # as the local pool: a lost child is replaced and the submission graded once more
 
 
-def _in_child(devices: int, args: list[Any], trusted_cache: bool, stopped: Callable[[], bool] | None = None) -> Any:
+def _in_child(
+    devices: int,
+    args: list[Any],
+    trusted_cache: bool,
+    stopped: Callable[[], bool] | None = None,
+    limits: tuple[int | None, float | None] = (None, None),
+) -> Any:
     """``grader.grading.grade._task(*args)`` in this thread's child (one per device count, and
     per whether it keeps its compilations: ``trusted_cache``, see ``grade._init_worker``); a
-    :class:`Lost` after ``ATTEMPTS`` deaths; :class:`_Stopped` (the child killed) once
-    ``stopped()`` says the batch was stopped."""
+    :class:`Lost` after ``ATTEMPTS`` deaths (or MemoryErrors under ``limits``' memory), or after
+    one try past ``limits``' seconds; :class:`_Stopped` (the child killed) once ``stopped()``
+    says the batch was stopped."""
     children: dict[tuple[int, bool], _Child] = _THREAD.__dict__.setdefault("children", {})
     which = (devices, trusted_cache)
     exitcode: int | None = None
+    limit: str | None = None
     for attempt in range(1, ATTEMPTS + 1):
         child = children.get(which) or children.setdefault(which, _Child(devices, trusted_cache))
         try:
-            return child.call(args, stopped)
+            return child.call(args, stopped, limits)
         except _Stopped as exc:
             if exc.sent:  # ended (or killed and not yet reaped): never used again
                 del children[which]
             raise
+        except _Overran as exc:  # another try would cost as much
+            del children[which]
+            log.warning("the trusted grading process on %s ran past %g s and was killed", _here(), exc.seconds)
+            return Lost(attempt, exc.exitcode, f"its {exc.seconds:g} s time limit")
         except _ChildLost as exc:
             del children[which]
-            exitcode = exc.exitcode
-            log.warning("the trusted grading process on %s died (exit %s); attempt %d", _here(), exitcode, attempt)
-    return Lost(ATTEMPTS, exitcode)
+            exitcode, limit = exc.exitcode, exc.limit
+            log.warning(
+                "the trusted grading process on %s %s; attempt %d",
+                _here(),
+                f"ran past {limit}" if limit else f"died (exit {exitcode})",
+                attempt,
+            )
+    return Lost(ATTEMPTS, exitcode, limit)
 
 
 _WARM_LOCK = threading.Lock()
@@ -488,7 +541,13 @@ def _cache_for(assignment: Assignment, root: Path, iso: str, stopped: Callable[[
                 _WARM_TRIED.add(str(final))
                 warm_args = ["warm", str(root), assignment.name, iso, str(final), False]
                 try:
-                    _in_child(assignment.config.devices, warm_args, trusted_cache=True, stopped=stopped)
+                    _in_child(
+                        assignment.config.devices,
+                        warm_args,
+                        trusted_cache=True,
+                        stopped=stopped,
+                        limits=trusted_limits(assignment),
+                    )
                 except _Stopped:  # a later batch warms it
                     _WARM_TRIED.discard(str(final))
                     raise
@@ -569,11 +628,17 @@ def grade_task(bundle: CourseBundle, request: dict[str, Any]) -> dict[str, Any]:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
             args = ["grade", str(root), bundle.name, str(path), request["student"], iso, request["public_only"], cache]
-            result = _in_child(assignment.config.devices, args, trusted_cache=cache is not None, stopped=stopped)
+            result = _in_child(
+                assignment.config.devices,
+                args,
+                trusted_cache=cache is not None,
+                stopped=stopped,
+                limits=trusted_limits(assignment),
+            )
     except _Stopped:  # nobody waits for this result
         return {"stopped": True, "worker": _here()}
     if isinstance(result, Lost):
-        return {"lost": {"attempts": result.attempts, "exitcode": result.exitcode}}
+        return {"lost": {"attempts": result.attempts, "exitcode": result.exitcode, "limit": result.limit}}
     if isinstance(result, Raised):
         return {"raised": result.traceback}
     return {"record": result, "worker": _here()}
@@ -593,12 +658,18 @@ def _serve_child(parent: int, devices: int, trusted_cache: bool) -> None:
     os.dup2(2, 1)  # whatever trusted code prints goes to stderr, never into a reply
     for line in sys.stdin:
         interrupts.clear()
+        args, memory = json.loads(line)
         try:
-            reply = ["ok", _task(*json.loads(line))]
+            with contextlib.nullcontext() if memory is None else memory_limit(memory):
+                reply = ["ok", _task(*args)]
+        except MemoryError:  # the child ends: what it leaves is no state to grade in
+            reply = ["memory", ""]
         except BaseException:  # the worker decides what a failure means
             reply = ["raised", traceback.format_exc()]
         replies.write(json.dumps(reply) + "\n")
         replies.flush()
+        if reply[0] == "memory":
+            return
 
 
 # --------------------------------------------------------------------------- on the coordinator

@@ -44,9 +44,10 @@ from grader.batch.cluster import (
     fingerprint,
 )
 from grader.batch.gradebook import Gradebook
-from grader.batch.pool import Raised
+from grader.batch.pool import Lost, Raised
 from grader.cli import main
 from grader.course.config import load_course
+from grader.grading.grade import trusted_limits
 from grader.grading.record import Record
 from tests.conftest import build_notebook
 from tests.minicourse import EXPECTED, make_minicourse, notebook
@@ -474,6 +475,38 @@ def test_a_grader_bug_on_a_worker_costs_only_that_submission(tmp_path: Path) -> 
     rec = _received(assignment, path, "s0", sha, _Answered({"raised": result.traceback}))
     assert (rec.status, rec.student, rec.submission_sha256) == ("grader_error", "s0", sha)
     assert "a bug in the grader" in rec.message and "ConfigError" in rec.message
+
+
+def test_a_workers_grading_child_has_the_trusted_limits_of_a_local_pool(tmp_path: Path) -> None:
+    """As a local pool's workers (tests/batch/test_pool.py): a task that makes the child grow
+    past its memory limit ends it and is tried once more, then lost with the limit named; a task
+    past its deadline is killed, once, and lost with the deadline named; the child after either
+    grades the next notebook."""
+    from tests.batch.test_pool import GREEDY_SOURCE, GREEDY_TEST
+
+    root = make_minicourse(tmp_path / "c")
+    hidden = root / "reference" / "double" / "tests" / "test_hidden.py"
+    hidden.write_text(hidden.read_text() + GREEDY_TEST)
+    assignment = load_course(root).assignment("double")
+    memory, _ = trusted_limits(assignment)
+    greedy, slow, full = tmp_path / "greedy.ipynb", tmp_path / "slow.ipynb", tmp_path / "full.ipynb"
+    greedy.write_text(build_notebook(GREEDY_SOURCE))
+    slow.write_text(SLOW)
+    full.write_text(notebook("full"))
+
+    def args(path: Path) -> list[object]:
+        return ["grade", str(root), "double", str(path), path.stem, "process", False, None]
+
+    lost = _in_child(1, args(greedy), trusted_cache=False, limits=(memory, 600.0))
+    assert isinstance(lost, Lost) and lost.attempts == 2 and lost.cause == "it ran past its 8 GiB memory limit"
+    started = time.monotonic()
+    lost = _in_child(1, args(slow), trusted_cache=False, limits=(memory, 2.0))
+    assert isinstance(lost, Lost) and lost == Lost(1, -signal.SIGKILL, "its 2 s time limit"), lost
+    assert time.monotonic() - started < 60
+    rec = _received(assignment, slow, "slow", "", _Answered({"lost": dataclasses.asdict(lost)}))
+    assert rec.status == "lost" and "ran past its 2 s time limit" in rec.message
+    record = _in_child(1, args(full), trusted_cache=False, limits=(memory, 600.0))
+    assert (record["status"], record["score"]) == ("graded", 5.0)
 
 
 def test_a_workers_grading_child_keeps_its_compilations_only_when_told(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
