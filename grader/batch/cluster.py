@@ -69,7 +69,7 @@ from typing import Any
 import distributed
 
 import grader
-from grader.batch.pool import Lost, Raised, memory_in_words
+from grader.batch.pool import Lost, Raised, cap_malloc_arenas, is_out_of_memory, memory_in_words
 from grader.course.config import (
     COURSE_FILE,
     Assignment,
@@ -515,7 +515,7 @@ def _in_child(
             return Lost(attempt, exc.exitcode, f"its {exc.seconds:g} s time limit")
         except _ChildLost as exc:
             del children[which]
-            exitcode, limit = exc.exitcode, exc.limit
+            exitcode, limit = exc.exitcode, limit or exc.limit  # a try that ran past the limit, named
             log.warning(
                 "the trusted grading process on %s %s; attempt %d",
                 _here(),
@@ -651,6 +651,7 @@ def _serve_child(parent: int, devices: int, trusted_cache: bool) -> None:
     callback drop the KeyboardInterrupt (:mod:`grader.host.interrupts`)."""
     from grader.host import interrupts
 
+    cap_malloc_arenas()  # before any thread: the address-space limit of each task counts them
     # the device count, the compile settings, OOM protection, death with the worker thread
     _init_worker(devices, parent, trusted_cache)
     signal.signal(STOP_SIGNAL, interrupts.stop)
@@ -662,10 +663,9 @@ def _serve_child(parent: int, devices: int, trusted_cache: bool) -> None:
         try:
             with contextlib.nullcontext() if memory is None else memory_limit(memory):
                 reply = ["ok", _task(*args)]
-        except MemoryError:  # the child ends: what it leaves is no state to grade in
-            reply = ["memory", ""]
-        except BaseException:  # the worker decides what a failure means
-            reply = ["raised", traceback.format_exc()]
+        except BaseException as exc:  # the worker decides what a failure means
+            # out of memory, the child ends: what it leaves is no state to grade in
+            reply = ["memory", ""] if is_out_of_memory(exc) else ["raised", traceback.format_exc()]
         replies.write(json.dumps(reply) + "\n")
         replies.flush()
         if reply[0] == "memory":

@@ -25,8 +25,10 @@ on a deadline gets the rest of the class graded).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import multiprocessing
+import os
 import resource
 import signal
 import time
@@ -97,13 +99,63 @@ class _Slot:
     ends: float | None = None  # the task's deadline (time.monotonic()), if it has one
 
 
+#: malloc arenas a limited process may make (glibc's M_ARENA_MAX).  glibc makes up to 8 per core,
+#: each reserving 64 MiB of address space, and JAX starts about four threads per core: a JAX
+#: process that has compiled a few functions reserves 1.6 GiB on 2 cores, 9 GiB on 32 and 15 GiB
+#: on 64, for 0.4 GiB resident (measured with the CPU count faked).  With 4 arenas: 0.8, 2.6
+#: and 4.4 GiB, the rest being the threads' stacks (:func:`address_space_allowance`).
+ARENAS = 4
+
+
+def cap_malloc_arenas() -> bool:
+    """Cap this process's malloc arenas at :data:`ARENAS` (glibc; elsewhere nothing is done):
+    call it before threads start, as the arenas they have already made stay."""
+    try:
+        return bool(ctypes.CDLL(None).mallopt(-8, ARENAS))  # M_ARENA_MAX
+    except (OSError, AttributeError):
+        return False
+
+
+def address_space_allowance() -> int:
+    """What a JAX process reserves beyond what it uses, on this machine: its threads' stacks
+    (about four threads per core, 8 MiB each) with :data:`ARENAS` malloc arenas, at 64 MiB a
+    core (4.4 GiB measured on 64 cores)."""
+    return 64 * 1024**2 * (os.cpu_count() or 1)
+
+
+_limited = False  # limit_memory set this process's limit: its MemoryErrors are losses
+
+
 def limit_memory(memory_bytes: int) -> None:
     """Lower this process's soft address-space limit to ``memory_bytes`` (never raise it; the
     hard limit is left as it is, so that a sandbox started from here can set its own)."""
+    global _limited
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     new = memory_bytes if hard == resource.RLIM_INFINITY else min(memory_bytes, hard)
     if soft == resource.RLIM_INFINITY or new < soft:
         resource.setrlimit(resource.RLIMIT_AS, (new, hard))
+    _limited = True
+
+
+def unlimit_memory(soft: int, hard: int) -> None:
+    """Set the address-space limit back to ``(soft, hard)``, as it was before :func:`limit_memory`."""
+    global _limited
+    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    _limited = False
+
+
+def under_memory_limit() -> bool:
+    """Whether :func:`limit_memory` has set this process's limit (and it is still set)."""
+    return _limited
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """A MemoryError, or JAX's own out-of-memory error (``JaxRuntimeError: RESOURCE_EXHAUSTED``,
+    a RuntimeError), raised in this process.  A student's are never either: they reach the
+    trusted process as ``StudentRaised`` (grader/errors.py), the exception's name a string."""
+    if isinstance(exc, MemoryError):
+        return True
+    return type(exc).__name__ in ("JaxRuntimeError", "XlaRuntimeError") and str(exc).startswith("RESOURCE_EXHAUSTED")
 
 
 def _serve(
@@ -115,10 +167,12 @@ def _serve(
     """The worker's loop: one task at a time, until ``None`` or the parent's end closes.  A task
     that runs out of ``memory_bytes`` ends the worker (what it leaves behind is no state to
     grade the next submission in)."""
+    if memory_bytes is not None:
+        cap_malloc_arenas()  # before any thread starts (JAX's, in the initializer or a task)
     if initializer is not None:
         initializer(*initargs)
     if memory_bytes is not None:
-        limit_memory(memory_bytes)  # after the initializer: JAX's own start is not a task's
+        limit_memory(memory_bytes)
     while True:
         try:
             task = conn.recv()
@@ -129,10 +183,8 @@ def _serve(
         fn, args = task
         try:
             reply: tuple[str, Any] = ("ok", fn(*args))
-        except MemoryError:
-            reply = ("memory", "")
-        except BaseException:  # everything goes back to the parent, which decides
-            reply = ("raised", traceback.format_exc())
+        except BaseException as exc:  # everything goes back to the parent, which decides
+            reply = ("memory", "") if is_out_of_memory(exc) else ("raised", traceback.format_exc())
         conn.send(reply)
         if reply[0] == "memory":
             return
@@ -157,6 +209,7 @@ class TrustedPool:
         self._ctx = multiprocessing.get_context("spawn")
         self._init, self._initargs = initializer, initargs
         self._slots: list[_Slot] = []
+        self._limit_hit: dict[Hashable, str | None] = {}  # a task's first try past the memory limit
         self.started = 0  # processes started, replacements included (for tests and logs)
 
     def __enter__(self) -> TrustedPool:
@@ -249,10 +302,15 @@ class TrustedPool:
     ) -> Iterator[tuple[Hashable, Any]]:
         args = slot.args
         slot.proc.join(timeout=10)
+        if slot.proc.is_alive():  # said it ran out of memory, and is slow to end
+            with contextlib.suppress(Exception):
+                slot.proc.kill()
+            slot.proc.join(timeout=10)
         exitcode = slot.proc.exitcode
         with contextlib.suppress(OSError):
             slot.conn.close()
         self._slots.remove(slot)
+        limit = self._limit_hit.setdefault(key, limit) or limit  # a try that ran past it, named
         lost = Lost(tries[key], exitcode, limit)
         if tries[key] < self.attempts:
             log.warning("the trusted process grading %s was lost (%s); grading it again", key, lost.cause)

@@ -27,7 +27,18 @@ import nbformat
 import pytest
 
 from grader import __version__
-from grader.batch.pool import Lost, Raised, TrustedPool, limit_memory, memory_in_words
+from grader.batch.pool import (
+    Lost,
+    Raised,
+    TrustedPool,
+    address_space_allowance,
+    cap_malloc_arenas,
+    is_out_of_memory,
+    limit_memory,
+    memory_in_words,
+    under_memory_limit,
+    unlimit_memory,
+)
 from grader.course.config import BrokenTestsError, check_requirements, load_course
 from grader.errors import SubmissionError
 from grader.grading import checks
@@ -264,13 +275,15 @@ def grade_notebook(
 def grade_one(assignment: Assignment, path: Path, *, student: str | None = None, **kwargs: Any) -> Record:
     """:func:`grade_notebook` in this process, with a bug of ours made the submission's
     ``grader_error`` record (never kept) as a pool does; a machine that cannot sandbox anyone
-    (:class:`SandboxSetupError`), Ctrl-C and a :class:`MemoryError` (under
-    :func:`trusted_limits`' memory limit) go to the caller."""
+    (:class:`SandboxSetupError`), Ctrl-C and, under :func:`memory_limit` (or a pool's), running
+    out of memory go to the caller."""
     try:
         return grade_notebook(assignment, path, student=student, **kwargs)
-    except (SandboxSetupError, MemoryError):  # a pool makes the latter a loss (grader/batch/pool.py)
+    except SandboxSetupError:
         raise
-    except Exception:
+    except Exception as exc:
+        if under_memory_limit() and is_out_of_memory(exc):  # the caller makes it a loss (grader/batch/pool.py)
+            raise
         return _bug_record(assignment, Path(path), student, Raised(traceback.format_exc()))
 
 
@@ -710,7 +723,9 @@ def _grade_many(
                         xla_cache=ready,
                         eval_cache=answers,
                     )
-            except MemoryError:
+            except Exception as exc:  # grade_one lets only running out of memory through
+                if not is_out_of_memory(exc):
+                    raise
                 limit = f"its {memory_in_words(memory)} memory limit"
                 rec = _lost_record(assignment, p, students.get(p), Lost(1, None, limit))
             out[p] = rec
@@ -753,8 +768,10 @@ def _grade_many(
     return out
 
 
-#: The address space a trusted grading process may use at least (:func:`trusted_limits`): a
-#: worker that has graded uses about 1.6 GiB of it (0.3 GiB resident), JAX's threads included.
+#: The address space a trusted grading process may use at least (:func:`trusted_limits`), beyond
+#: what JAX's threads reserve on this machine (``pool.address_space_allowance``): a worker that
+#: has graded holds about 0.8 GiB of address space on 2 cores with its malloc arenas capped
+#: (1.6 GiB without), 0.3 GiB resident.
 TRUSTED_MEMORY_MIN = 8 * 1024**3
 #: Seconds a trusted grading process may spend on one notebook besides its sandbox's time limit
 #: at least (:func:`trusted_limits`); an honest notebook's own work there is seconds.
@@ -764,14 +781,15 @@ TRUSTED_SLACK_MIN = 300.0
 def trusted_limits(assignment: Assignment) -> tuple[int, float]:
     """(address-space bytes, seconds per notebook) for the trusted process that grades one of
     the assignment's notebooks: the sandbox's memory limit, and at least
-    :data:`TRUSTED_MEMORY_MIN` (it holds what the sandbox sends back); the sandbox's time limit
+    :data:`TRUSTED_MEMORY_MIN` (it holds what the sandbox sends back), and what JAX's threads
+    reserve on this machine's cores (``pool.address_space_allowance``); the sandbox's time limit
     for a submission and as long again for the grader's own work, at least
     :data:`TRUSTED_SLACK_MIN`.  Those processes are protected from the OOM killer
     (:func:`grader.host.cgroups.protect_trusted`): without a limit of their own, a notebook that
     made one of them grow would have the machine's every other process killed first."""
     limits = assignment.limits
     seconds = limits.wall_timeout + max(TRUSTED_SLACK_MIN, limits.wall_timeout)
-    return max(TRUSTED_MEMORY_MIN, limits.memory_bytes), seconds
+    return max(TRUSTED_MEMORY_MIN, limits.memory_bytes) + address_space_allowance(), seconds
 
 
 @contextlib.contextmanager
@@ -779,11 +797,12 @@ def memory_limit(memory_bytes: int) -> Iterator[None]:
     """This process's soft address-space limit lowered to ``memory_bytes`` inside the block (a
     pool's worker keeps it: grader/batch/pool.py), and set back after it."""
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap_malloc_arenas()  # the arenas of threads started before stay: JAX may have started here
     limit_memory(memory_bytes)
     try:
         yield
     finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+        unlimit_memory(soft, hard)
 
 
 #: How a lost record's message begins where the trusted process ran past its own limit
@@ -806,7 +825,7 @@ def _lost_record(assignment: Assignment, path: Path, student: str | None, lost: 
         digest = ""
     if lost.limit:  # the grader's own limit, not a death from outside: another try costs as much
         message = (
-            f"{OVER_LIMIT} while grading this notebook ({lost.cause}{', twice' if lost.attempts > 1 else ''}); "
+            f"{OVER_LIMIT} while grading this notebook ({lost.cause}; tried {lost.attempts} time(s)); "
             "this is not a score and it is not kept. "
             "A notebook that makes the grader itself this slow or this large is a grader bug or an attack on "
             "it: read the notebook, and report it (SECURITY.md), before grading it again"

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from grader.batch.pool import is_out_of_memory
 from grader.grading.checks import Tolerance, using_tolerance
 from grader.grading.record import CATEGORIES, TestResult
 from grader.host.session import showing_student_text
@@ -265,7 +266,7 @@ class GradingPlugin:
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[Any]) -> Any:
         outcome = yield
         report = outcome.get_result()
-        if call.excinfo is not None and isinstance(call.excinfo.value, MemoryError):
+        if call.excinfo is not None and is_out_of_memory(call.excinfo.value):
             self.out_of_memory = True
         if call.excinfo is not None and report.failed:
             report._jaxgrade = _failure(call.excinfo)  # type: ignore[attr-defined]

@@ -44,7 +44,7 @@ from grader.batch.cluster import (
     fingerprint,
 )
 from grader.batch.gradebook import Gradebook
-from grader.batch.pool import Lost, Raised
+from grader.batch.pool import Lost, Raised, memory_in_words
 from grader.cli import main
 from grader.course.config import load_course
 from grader.grading.grade import trusted_limits
@@ -498,7 +498,8 @@ def test_a_workers_grading_child_has_the_trusted_limits_of_a_local_pool(tmp_path
         return ["grade", str(root), "double", str(path), path.stem, "process", False, None]
 
     lost = _in_child(1, args(greedy), trusted_cache=False, limits=(memory, 600.0))
-    assert isinstance(lost, Lost) and lost.attempts == 2 and lost.cause == "it ran past its 8 GiB memory limit"
+    assert isinstance(lost, Lost) and lost.attempts == 2
+    assert lost.cause == f"it ran past its {memory_in_words(memory)} memory limit"
     started = time.monotonic()
     lost = _in_child(1, args(slow), trusted_cache=False, limits=(memory, 2.0))
     assert isinstance(lost, Lost) and lost == Lost(1, -signal.SIGKILL, "its 2 s time limit"), lost

@@ -140,6 +140,52 @@ def address_space_limit(x: int) -> tuple[int, int]:
     return resource.getrlimit(resource.RLIMIT_AS)
 
 
+JAX_OUT_OF_MEMORY = """
+import re, resource
+import jax, jax.numpy as jnp
+from grader.batch.pool import is_out_of_memory
+from grader.errors import StudentRaised
+jax.jit(lambda a: a + 1)(jnp.ones(3)).block_until_ready()
+held = int(re.search(r"VmSize:\\s+(\\d+)", open("/proc/self/status").read()).group(1)) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (held + 2**30, resource.RLIM_INFINITY))
+try:
+    jax.jit(lambda x: jnp.broadcast_to(x, (2**29,)) + 1)(jnp.ones(1)).block_until_ready()
+except Exception as exc:
+    print(type(exc).__name__, is_out_of_memory(exc), str(exc)[:18])
+print(is_out_of_memory(StudentRaised("double", "MemoryError", "RESOURCE_EXHAUSTED: theirs", None)))
+"""
+
+
+def test_jaxs_own_out_of_memory_error_is_running_out_of_memory_and_a_students_is_not() -> None:
+    """Under the limit, JAX's allocations fail with its own RuntimeError, not a MemoryError: a
+    test that hit it must not be scored as failed (is_out_of_memory); a student's MemoryError
+    reaches the trusted process as StudentRaised, never as one of ours."""
+    out = subprocess.run([sys.executable, "-c", JAX_OUT_OF_MEMORY], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split("\n")[:2] == ["JaxRuntimeError True RESOURCE_EXHAUSTED", "False"], out.stderr
+
+
+def test_running_out_of_memory_without_a_limit_of_ours_is_a_grader_error_not_a_crash(
+    tmp_path: Path, course: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """grade_one lets running out of memory through only under the grader's own limit (which
+    makes it a loss); elsewhere (`jaxgrade check --watch`, a check server) it is a grader_error
+    record, as any bug of ours, and the loop goes on."""
+    from grader.course.config import load_course
+
+    assignment = load_course(course).assignment("double")
+    path = tmp_path / "s.ipynb"
+    path.write_text(notebook("full"))
+
+    def out_of_memory(*args: object, **kwargs: object) -> None:
+        raise MemoryError
+
+    monkeypatch.setattr(grading, "grade_notebook", out_of_memory)
+    assert grading.grade_one(assignment, path).status == "grader_error"
+    with pytest.raises(MemoryError), grading.memory_limit(64 * 1024**3):
+        grading.grade_one(assignment, path)
+    assert grading.grade_one(assignment, path).status == "grader_error"  # the limit is gone with the block
+
+
 def sleep_on_three(x: int) -> int:
     if x == 3:
         time.sleep(600)
