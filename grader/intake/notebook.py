@@ -8,6 +8,7 @@ import functools
 import hashlib
 import json
 import re
+import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,13 +88,15 @@ def load_notebook(path: Path) -> LoadedNotebook:
     major = data.get("nbformat")
     if major not in (3, 4):
         raise NotebookError(f"{path}: unsupported nbformat version {major!r} (expected 4)")
+    if major == 3 and data.get("nbformat_minor", 0) != 0:
+        minor = data.get("nbformat_minor")
+        raise NotebookError(f"{path}: unsupported nbformat version 3.{minor!r} (expected 4, or 3.0)")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # missing ids and old minors are normalized below
-            node = nbformat.reader.reads(text)  # read, not validated: _schema_error first
+            node = nbformat.reader.reads(text)  # read, not validated: _raise_schema_error below
             if major == 3:
-                _raise_schema_error(node, 3, node.get("nbformat_minor", 0))
-            node = nbformat.convert(node, 4)
+                node = _upgrade_v3(node)
         if node.get("nbformat_minor", 0) < nbformat.v4.nbformat_minor:
             node.nbformat_minor = nbformat.v4.nbformat_minor
         for i, cell in enumerate(node.get("cells", [])):
@@ -106,6 +109,24 @@ def load_notebook(path: Path) -> LoadedNotebook:
     except Exception as exc:
         raise NotebookError(f"{path}: is not a valid notebook: {exc}") from None
     return LoadedNotebook(path, node, digest)
+
+
+_V3_LOCK = threading.Lock()
+
+
+def _upgrade_v3(node: Any) -> Any:
+    """A v3 notebook as v4, judged as the v4 it becomes (as ``nbformat.reads`` judged it), without
+    nbformat's check of both on the way, which words an error with jsonschema over the whole
+    notebook (:func:`_raise_schema_error`) and only logs it."""
+    import nbformat.v4.convert as v4convert
+
+    with _V3_LOCK:  # a module's function, swapped for this call only
+        check = v4convert._warn_if_invalid
+        v4convert._warn_if_invalid = lambda nb, version: None
+        try:
+            return nbformat.convert(node, 4)
+        finally:
+            v4convert._warn_if_invalid = check
 
 
 def _raise_schema_error(node: Any, version: int, minor: int) -> None:
@@ -130,12 +151,14 @@ def _raise_schema_error(node: Any, version: int, minor: int) -> None:
         where = list(getattr(fast.__cause__, "path", None) or [])
         if len(where) >= 3 and where[1] == "cells" and str(where[2]).isdigit():
             i = int(where[2])
-            probe = nbformat.from_dict({k: v for k, v in node.items() if k != "cells"})
-            probe["cells"] = [copy.deepcopy(node["cells"][i])]
+            # the cell alone in an empty notebook: an error elsewhere is not blamed on it
+            cell = copy.deepcopy(node["cells"][i])
+            probe = nbformat.from_dict({"cells": [cell], "metadata": {}, "nbformat": version, "nbformat_minor": minor})
             try:
                 nbformat.validate(probe)
             except nbformat.ValidationError as best:
                 raise nbformat.ValidationError(f"cell {i + 1}: {best.message}") from None
+            raise nbformat.ValidationError(f"cell {i + 1}: {fast.message}") from None  # only fastjsonschema's
         raise
 
 

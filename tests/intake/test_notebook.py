@@ -397,3 +397,33 @@ def test_the_scaffold_s_starter_gets_each_definition_once_more_at_its_stub() -> 
 )
 def test_which_function_names_a_cell_binds(cell: str, bound: set[str]) -> None:
     assert bound_names(cell, {"double", "triple"}) == bound
+
+
+def _v3(**cell: object) -> dict:
+    code = {"cell_type": "code", "input": ["x = 1"], "metadata": {}, "outputs": [], **cell}
+    return {
+        "metadata": {"name": "t"},
+        "nbformat": 3,
+        "nbformat_minor": 0,
+        "worksheets": [{"cells": [code], "metadata": {}}],
+    }
+
+
+def test_a_v3_notebook_is_judged_as_the_v4_it_becomes(tmp_path: Path) -> None:
+    """As nbformat.reads judged it: a v3 notebook that the v3 schema would refuse (a code cell
+    without its `language`) is read, and one whose conversion is not a valid v4 is refused; a
+    v3 minor that does not exist is named."""
+    nb = load_notebook(_write(tmp_path / "a.ipynb", _v3()))
+    assert [c.source for c in nb.node.cells] == ["x = 1"] and nb.node.nbformat == 4
+    with pytest.raises(NotebookError, match=re.escape("is not a valid notebook: cell 1: Additional properties")):
+        load_notebook(_write(tmp_path / "b.ipynb", _v3(foo=1)))
+    with pytest.raises(NotebookError, match=re.escape("unsupported nbformat version 3.1 (expected 4, or 3.0)")):
+        load_notebook(_write(tmp_path / "c.ipynb", {**_v3(), "nbformat_minor": 1}))
+
+
+def test_an_error_outside_the_cells_is_not_blamed_on_one(tmp_path: Path) -> None:
+    cell = {"cell_type": "code", "metadata": {}, "source": "x", "outputs": [], "execution_count": None, "id": "a"}
+    data = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "zzz": 1, "cells": [cell, {**cell, "id": "b", "x": 1}]}
+    with pytest.raises(NotebookError) as e:
+        load_notebook(_write(tmp_path / "a.ipynb", data))
+    assert "zzz" not in str(e.value) or "cell" not in str(e.value)
