@@ -58,6 +58,29 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+#: JSON objects a notebook may hold.  Each becomes a NotebookNode of about 1 KB in the trusted
+#: process (and more as it is written out again for the sandbox): 20 MiB of ``{},`` made 7
+#: million, past 6.5 GiB.  A notebook's cells and outputs hold thousands.
+MAX_JSON_OBJECTS = 1_000_000
+
+
+class _TooManyObjects(Exception):
+    pass
+
+
+class _Counted:
+    """``json.loads``'s ``object_pairs_hook``: a dict per object, until :data:`MAX_JSON_OBJECTS`."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def __call__(self, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        self.n += 1
+        if self.n > MAX_JSON_OBJECTS:
+            raise _TooManyObjects
+        return dict(pairs)
+
+
 def load_notebook(path: Path) -> LoadedNotebook:
     """Read, upgrade to the current v4 minor, fill missing cell ids, and validate."""
     path = Path(path)
@@ -76,7 +99,12 @@ def load_notebook(path: Path) -> LoadedNotebook:
     except UnicodeDecodeError as exc:
         raise NotebookError(f"{path}: is not a notebook: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_Counted())
+    except _TooManyObjects:
+        raise NotebookError(
+            f"{path}: is not a notebook the grader reads: it holds more than {MAX_JSON_OBJECTS:,} JSON objects "
+            "(a notebook's cells and outputs hold thousands)"
+        ) from None
     except json.JSONDecodeError as exc:
         raise NotebookError(
             f"{path}: is not a notebook: invalid JSON at line {exc.lineno}, column {exc.colno} ({exc.msg})"
@@ -106,6 +134,8 @@ def load_notebook(path: Path) -> LoadedNotebook:
         nbformat.validate(node)  # normalizes (duplicate ids); valid by now, so as fast
     except nbformat.ValidationError as exc:
         raise NotebookError(f"{path}: is not a valid notebook: {exc.message}") from None
+    except MemoryError:  # the grader's own limit (grade.trusted_limits), not the notebook's fault alone
+        raise
     except Exception as exc:
         raise NotebookError(f"{path}: is not a valid notebook: {exc}") from None
     return LoadedNotebook(path, node, digest)

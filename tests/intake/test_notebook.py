@@ -427,3 +427,19 @@ def test_an_error_outside_the_cells_is_not_blamed_on_one(tmp_path: Path) -> None
     with pytest.raises(NotebookError) as e:
         load_notebook(_write(tmp_path / "a.ipynb", data))
     assert "zzz" not in str(e.value) or "cell" not in str(e.value)
+
+
+def test_a_notebook_of_millions_of_json_objects_is_refused_before_it_is_built(tmp_path: Path) -> None:
+    """Each JSON object becomes a NotebookNode of about 1 KB in the trusted process: 20 MiB of
+    ``{},`` in a cell's metadata made seven million, past the grader's memory limit, so the
+    notebook was lost by choice, never graded.  Past MAX_JSON_OBJECTS it is refused as a file
+    the grader does not read (a kept error, as for a file over the size limit)."""
+    from grader.intake import notebook as nbmod
+
+    cell = {"cell_type": "code", "metadata": {}, "source": "x = 1", "outputs": [], "execution_count": None, "id": "a"}
+    data = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [cell]}
+    cell["metadata"] = {"x": [{}] * nbmod.MAX_JSON_OBJECTS}
+    with pytest.raises(NotebookError, match=re.escape("it holds more than 1,000,000 JSON objects")):
+        load_notebook(_write(tmp_path / "wide.ipynb", data))
+    cell["metadata"] = {"x": [{}] * (nbmod.MAX_JSON_OBJECTS - 10)}  # the notebook and the cell are two more
+    assert len(load_notebook(_write(tmp_path / "fine.ipynb", data)).node.cells) == 1
