@@ -69,7 +69,7 @@ from typing import Any
 import distributed
 
 import grader
-from grader.batch.pool import Lost, Raised, cap_malloc_arenas, is_out_of_memory, memory_in_words
+from grader.batch.pool import Lost, Raised
 from grader.course.config import (
     COURSE_FILE,
     Assignment,
@@ -88,6 +88,7 @@ from grader.grading.grade import (
     trusted_limits,
 )
 from grader.grading.record import Record, cap_record
+from grader.host.memory import cap_malloc_arenas, is_out_of_memory, memory_in_words
 from grader.host.sandbox import choose_isolation
 
 log = logging.getLogger(__name__)

@@ -27,18 +27,7 @@ import nbformat
 import pytest
 
 from grader import __version__
-from grader.batch.pool import (
-    Lost,
-    Raised,
-    TrustedPool,
-    address_space_allowance,
-    cap_malloc_arenas,
-    is_out_of_memory,
-    limit_memory,
-    memory_in_words,
-    under_memory_limit,
-    unlimit_memory,
-)
+from grader.batch.pool import Lost, Raised, TrustedPool
 from grader.course.config import BrokenTestsError, check_requirements, load_course
 from grader.errors import SubmissionError
 from grader.grading import checks
@@ -48,6 +37,15 @@ from grader.grading.submission import Submission
 from grader.host import xla_cache, xla_flags
 from grader.host.cgroups import protect_trusted
 from grader.host.eval_cache import EvalCache, beside
+from grader.host.memory import (
+    address_space_allowance,
+    cap_malloc_arenas,
+    is_out_of_memory,
+    limit_memory,
+    memory_in_words,
+    under_memory_limit,
+    unlimit_memory,
+)
 from grader.host.sandbox import Isolation, SandboxSetupError, choose_isolation, sandbox_env
 from grader.host.session import Session
 from grader.host.xla_cache import XlaCache
@@ -769,7 +767,7 @@ def _grade_many(
 
 
 #: The address space a trusted grading process may use at least (:func:`trusted_limits`), beyond
-#: what JAX's threads reserve on this machine (``pool.address_space_allowance``): a worker that
+#: what JAX's threads reserve on this machine (``memory.address_space_allowance``): a worker that
 #: has graded holds about 0.8 GiB of address space on 2 cores with its malloc arenas capped
 #: (1.6 GiB without), 0.3 GiB resident.
 TRUSTED_MEMORY_MIN = 8 * 1024**3
@@ -782,7 +780,7 @@ def trusted_limits(assignment: Assignment) -> tuple[int, float]:
     """(address-space bytes, seconds per notebook) for the trusted process that grades one of
     the assignment's notebooks: the sandbox's memory limit, and at least
     :data:`TRUSTED_MEMORY_MIN` (it holds what the sandbox sends back), and what JAX's threads
-    reserve on this machine's cores (``pool.address_space_allowance``); the sandbox's time limit
+    reserve on this machine's cores (``memory.address_space_allowance``); the sandbox's time limit
     for a submission and as long again for the grader's own work, at least
     :data:`TRUSTED_SLACK_MIN`.  Those processes are protected from the OOM killer
     (:func:`grader.host.cgroups.protect_trusted`): without a limit of their own, a notebook that

@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from grader.batch.pool import is_out_of_memory
 from grader.grading.checks import Tolerance, using_tolerance
 from grader.grading.record import CATEGORIES, TestResult
+from grader.host.memory import is_out_of_memory
 from grader.host.session import showing_student_text
 
 MARKERS = (

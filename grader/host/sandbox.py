@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from grader.host import cgroups, interrupts
+from grader.host.memory import ARENAS, address_space_allowance
 from grader.host.xla_cache import MOUNT as XLA_MOUNT
 from grader.host.xla_cache import XlaCache
 from grader.host.xla_flags import sandbox_xla_flags
@@ -90,9 +91,13 @@ class Limits:
 
     def worker_args(self, nproc_offset: int = 0) -> list[str]:
         """The worker's rlimit flags; ``nproc_offset`` adds the processes the uid already has
-        (RLIMIT_NPROC counts every process of the uid, not only the sandbox's)."""
+        (RLIMIT_NPROC counts every process of the uid, not only the sandbox's).  The address
+        space is ``memory_bytes`` and what JAX's threads reserve on this machine's cores
+        (:func:`grader.host.memory.address_space_allowance`: 128 MiB on 2 cores, 4 GiB on 64),
+        with the malloc arenas capped (``MALLOC_ARENA_MAX`` in :func:`sandbox_env`): without
+        both, the kernel's XLA aborted on 32 cores (a correct notebook got 13/40) and 64 (0/40)."""
         return [
-            f"--as-bytes={self.memory_bytes}",
+            f"--as-bytes={self.memory_bytes + address_space_allowance()}",
             f"--fsize={self.max_file_bytes}",
             f"--cpu={self.cpu_seconds}",
             f"--nproc={self.max_processes + nproc_offset}",
@@ -305,6 +310,9 @@ def sandbox_env(isolation: Isolation, scratch: str, extra: dict[str, str] | None
         "XLA_FLAGS": sandbox_xla_flags(),  # an assignment with several devices sets its own (grade._env_for)
         "OMP_NUM_THREADS": "1",
         "OPENBLAS_NUM_THREADS": "1",
+        # glibc makes up to 8 malloc arenas a core, 64 MiB of address space each: on a large
+        # machine JAX's threads alone passed the address-space limit (grader/host/memory.py)
+        "MALLOC_ARENA_MAX": str(ARENAS),
         "TF_CPP_MIN_LOG_LEVEL": "2",
         # exported modules carry JAX's name stack (``jit(f)/vmap(g)/dot_general``), not the
         # notebook's file and line numbers: two students who wrote the same function in another

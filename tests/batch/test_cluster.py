@@ -44,11 +44,12 @@ from grader.batch.cluster import (
     fingerprint,
 )
 from grader.batch.gradebook import Gradebook
-from grader.batch.pool import Lost, Raised, memory_in_words
+from grader.batch.pool import Lost, Raised
 from grader.cli import main
 from grader.course.config import load_course
 from grader.grading.grade import trusted_limits
 from grader.grading.record import Record
+from grader.host.memory import memory_in_words
 from tests.conftest import build_notebook
 from tests.minicourse import EXPECTED, make_minicourse, notebook
 

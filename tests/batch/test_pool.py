@@ -143,7 +143,7 @@ def address_space_limit(x: int) -> tuple[int, int]:
 JAX_OUT_OF_MEMORY = """
 import re, resource
 import jax, jax.numpy as jnp
-from grader.batch.pool import is_out_of_memory
+from grader.host.memory import is_out_of_memory
 from grader.errors import StudentRaised
 jax.jit(lambda a: a + 1)(jnp.ones(3)).block_until_ready()
 held = int(re.search(r"VmSize:\\s+(\\d+)", open("/proc/self/status").read()).group(1)) * 1024

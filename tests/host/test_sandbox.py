@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -695,3 +696,64 @@ def test_a_lock_name_that_is_taken_is_left_alone_and_another_name_is_tried(
         assert not [p for p in tmp_path.iterdir() if p.name.startswith(".jaxgrade-lock-")]
     finally:
         sandbox.remove_scratch(path)
+
+
+FAKE_CPUS = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+static int ncpu(void) { const char *s = getenv("FAKE_NCPU"); return s ? atoi(s) : 64; }
+int sched_getaffinity(pid_t pid, size_t size, cpu_set_t *mask) {
+    memset(mask, 0, size);
+    for (int i = 0; i < ncpu() && i < (int)(size * 8); i++) CPU_SET_S(i, size, mask);
+    return 0;
+}
+long sysconf(int name) {
+    static long (*real)(int) = 0;
+    if (!real) real = dlsym(RTLD_NEXT, "sysconf");
+    if (name == _SC_NPROCESSORS_ONLN || name == _SC_NPROCESSORS_CONF) return ncpu();
+    return real(name);
+}
+int get_nprocs(void) { return ncpu(); }
+int get_nprocs_conf(void) { return ncpu(); }
+"""
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox sees /usr only: the shim is put in /usr/local/lib")
+@pytest.mark.skipif(not shutil.which("cc"), reason="building the CPU-count shim needs a C compiler")
+def test_a_correct_notebook_gets_full_marks_on_a_machine_of_64_cores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """JAX starts about four threads per core, and glibc up to eight malloc arenas per core of
+    64 MiB of address space each: on 32 cores the kernel's XLA aborted under the sandbox's 8 GiB
+    (a correct notebook got 13/40, kept as graded), on 64 it got 0/40.  The sandbox's processes
+    are shown 64 CPUs here (an LD_PRELOAD shim of sched_getaffinity and sysconf)."""
+    from grader.course.config import load_course
+    from grader.grading.grade import grade_one
+
+    source = tmp_path / "fake_cpus.c"
+    source.write_text(FAKE_CPUS)
+    shim = Path("/usr/local/lib") / f"jaxgrade-test-fake-cpus-{uuid.uuid4().hex}.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(shim), str(source), "-ldl"], check=True)
+    real_env = sandbox.sandbox_env
+
+    def shown_64_cpus(*args, **kwargs):  # type: ignore[no-untyped-def]
+        env = {**real_env(*args, **kwargs), "LD_PRELOAD": str(shim), "FAKE_NCPU": "64"}
+        # glibc counts the cores for its arena cap itself (the shim does not reach it): its default
+        # on 64 cores, 8 a core, unless the sandbox's environment sets one
+        env.setdefault("MALLOC_ARENA_MAX", str(8 * 64))
+        return env
+
+    monkeypatch.setattr(sandbox, "sandbox_env", shown_64_cpus)
+    repo = Path(__file__).resolve().parents[2]
+    try:
+        assignment = load_course(repo).assignment("vmap_convolve")
+        rec = grade_one(assignment, repo / "examples" / "class" / "alice.ipynb", isolation="bwrap")
+    finally:
+        shim.unlink()
+    failed = [(t.name, t.message) for t in rec.tests if t.status != "passed"]
+    assert (rec.status, rec.score, failed) == ("graded", rec.max_score, []), rec.message
