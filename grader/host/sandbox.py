@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from grader.host import cgroups, interrupts
-from grader.host.memory import ARENAS, address_space_allowance
+from grader.host.memory import ARENAS, address_space_allowance, thread_allowance
 from grader.host.xla_cache import MOUNT as XLA_MOUNT
 from grader.host.xla_cache import XlaCache
 from grader.host.xla_flags import sandbox_xla_flags
@@ -87,7 +87,9 @@ class Limits:
     scratch_bytes: int = 512 * MiB  # the scratch directory, a tmpfs of this size
 
     def cgroup_limits(self) -> cgroups.CgroupLimits:
-        return cgroups.CgroupLimits(self.memory_total_bytes, self.pids_total, self.cpu_weight)
+        """The cgroup's limits; its tasks allow for the threads JAX starts per core
+        (:func:`grader.host.memory.thread_allowance`), as :meth:`worker_args` does."""
+        return cgroups.CgroupLimits(self.memory_total_bytes, self.pids_total + thread_allowance(), self.cpu_weight)
 
     def worker_args(self, nproc_offset: int = 0) -> list[str]:
         """The worker's rlimit flags; ``nproc_offset`` adds the processes the uid already has
@@ -95,12 +97,14 @@ class Limits:
         space is ``memory_bytes`` and what JAX's threads reserve on this machine's cores
         (:func:`grader.host.memory.address_space_allowance`: 128 MiB on 2 cores, 4 GiB on 64),
         with the malloc arenas capped (``MALLOC_ARENA_MAX`` in :func:`sandbox_env`): without
-        both, the kernel's XLA aborted on 32 cores (a correct notebook got 13/40) and 64 (0/40)."""
+        both, the kernel's XLA aborted on 32 cores (a correct notebook got 13/40) and 64 (0/40).
+        Its processes and threads are ``max_processes`` and the threads JAX starts per core
+        (:func:`grader.host.memory.thread_allowance`: 8 on 2 cores)."""
         return [
             f"--as-bytes={self.memory_bytes + address_space_allowance()}",
             f"--fsize={self.max_file_bytes}",
             f"--cpu={self.cpu_seconds}",
-            f"--nproc={self.max_processes + nproc_offset}",
+            f"--nproc={self.max_processes + thread_allowance() + nproc_offset}",
             f"--nofile={self.max_open_files}",
         ]
 

@@ -308,9 +308,11 @@ def test_whole_sandbox_limits_are_grading_yaml_keys() -> None:
     from pydantic import ValidationError
 
     from grader.course.config import LimitsConfig
+    from grader.host.memory import thread_allowance
 
     limits = LimitsConfig(memory_total_bytes=2**30, pids_total=100, cpu_weight=200, scratch_bytes=2**27).to_limits()
-    assert limits.cgroup_limits() == CgroupLimits(2**30, 100, 200)
+    # the tasks allow for the threads JAX starts per core, as the sandbox's RLIMIT_NPROC does
+    assert limits.cgroup_limits() == CgroupLimits(2**30, 100 + thread_allowance(), 200)
     assert limits.scratch_bytes == 2**27
     for bad in ({"memory_total_bytes": 2**20}, {"pids_total": 10}, {"cpu_weight": 0}, {"scratch_bytes": 1}):
         with pytest.raises(ValidationError):

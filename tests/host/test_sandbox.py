@@ -725,13 +725,15 @@ int get_nprocs_conf(void) { return ncpu(); }
 @needs_bwrap
 @pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox sees /usr only: the shim is put in /usr/local/lib")
 @pytest.mark.skipif(not shutil.which("cc"), reason="building the CPU-count shim needs a C compiler")
-def test_a_correct_notebook_gets_full_marks_on_a_machine_of_64_cores(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("cores", [32, 128])
+def test_a_correct_notebook_gets_full_marks_on_a_machine_of_many_cores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cores: int
 ) -> None:
     """JAX starts about four threads per core, and glibc up to eight malloc arenas per core of
     64 MiB of address space each: on 32 cores the kernel's XLA aborted under the sandbox's 8 GiB
-    (a correct notebook got 13/40, kept as graded), on 64 it got 0/40.  The sandbox's processes
-    are shown 64 CPUs here (an LD_PRELOAD shim of sched_getaffinity and sysconf)."""
+    (a correct notebook got 13/40, kept as graded), on 64 it got 0/40, and on 128 its threads
+    passed the sandbox's 256.  The sandbox's processes are shown that many CPUs here (an
+    LD_PRELOAD shim of sched_getaffinity and sysconf), and the grader counts as many."""
     from grader.course.config import load_course
     from grader.grading.grade import grade_one
 
@@ -741,14 +743,15 @@ def test_a_correct_notebook_gets_full_marks_on_a_machine_of_64_cores(
     subprocess.run(["cc", "-shared", "-fPIC", "-o", str(shim), str(source), "-ldl"], check=True)
     real_env = sandbox.sandbox_env
 
-    def shown_64_cpus(*args, **kwargs):  # type: ignore[no-untyped-def]
-        env = {**real_env(*args, **kwargs), "LD_PRELOAD": str(shim), "FAKE_NCPU": "64"}
-        # glibc counts the cores for its arena cap itself (the shim does not reach it): its default
-        # on 64 cores, 8 a core, unless the sandbox's environment sets one
-        env.setdefault("MALLOC_ARENA_MAX", str(8 * 64))
+    def shown_many_cpus(*args, **kwargs):  # type: ignore[no-untyped-def]
+        env = {**real_env(*args, **kwargs), "LD_PRELOAD": str(shim), "FAKE_NCPU": str(cores)}
+        # glibc counts the cores for its arena cap itself (the shim does not reach it): its default,
+        # 8 a core, unless the sandbox's environment sets one
+        env.setdefault("MALLOC_ARENA_MAX", str(8 * cores))
         return env
 
-    monkeypatch.setattr(sandbox, "sandbox_env", shown_64_cpus)
+    monkeypatch.setattr(sandbox, "sandbox_env", shown_many_cpus)
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
     repo = Path(__file__).resolve().parents[2]
     try:
         assignment = load_course(repo).assignment("vmap_convolve")
