@@ -32,17 +32,28 @@ def cap_malloc_arenas() -> bool:
         return False
 
 
+def cores() -> int:
+    """The CPUs this process may run on (``sched_getaffinity``): what XLA sizes its thread pools
+    by, and what the sandboxes started from here inherit.  Not ``os.cpu_count()``, the machine's
+    online CPUs, which a cpuset makes too many and Python 3.13's ``PYTHON_CPU_COUNT`` can make
+    too few."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
 def address_space_allowance() -> int:
     """What a JAX process reserves beyond what it uses, on this machine: its threads' stacks
     (about four threads per core, 8 MiB each) with :data:`ARENAS` malloc arenas, at 64 MiB a
     core (4.4 GiB measured on 64 cores)."""
-    return 64 * 1024**2 * (os.cpu_count() or 1)
+    return 64 * 1024**2 * cores()
 
 
 def thread_allowance() -> int:
     """The threads JAX starts beyond a fixed few, on this machine: about four a core (233 in one
     process on 64 cores, 17 on 2).  A sandbox's thread limits allow for them."""
-    return 4 * (os.cpu_count() or 1)
+    return 4 * cores()
 
 
 _limited = False  # limit_memory set this process's limit: its MemoryErrors are losses
