@@ -8,18 +8,19 @@ default); if that one is lost too, the task is reported as :class:`Lost`, and th
 batch goes on in fresh processes.
 
 Processes are spawned (a fork after JAX has started can deadlock), and ``initializer`` runs in
-each before its first task.
+each before its first task.  A task that raises is a grader bug, but one that costs only that
+task: it is reported as :class:`Raised`, with the worker's traceback, and the batch goes on (a TA
+on a deadline gets the rest of the class graded).
 
 The workers are trusted, and protected from the OOM killer (grader/host/cgroups.py), so a task
 that grows without bound would have the machine's every other process killed first, and one
 that never ends would hold the batch.  Two limits of their own end such a task as a loss
 instead: ``memory_bytes``, an address-space limit (RLIMIT_AS, soft: the sandboxes a worker
-starts set their own); a :class:`MemoryError` under it ends the worker, and the task is tried
-again once in a fresh one, as for a death.  And ``deadline``, seconds per task, after which the
-worker is killed and the task reported :class:`Lost`, not tried again: a task that slow is a
-grader bug or a submission that attacks the grader, and another try would cost as much.  A task that raises is a grader bug, but one that costs only that
-task: it is reported as :class:`Raised`, with the worker's traceback, and the batch goes on (a TA
-on a deadline gets the rest of the class graded).
+starts set their own; grader/host/memory.py): running out of memory under it ends the worker,
+and the task is tried again once in a fresh one, as for a death.  And ``deadline``, seconds per
+task, after which the worker is killed and the task reported :class:`Lost`, not tried again: a
+task that slow is a grader bug or a submission that attacks the grader, and another try would
+cost as much.
 """
 
 from __future__ import annotations
@@ -177,6 +178,7 @@ class TrustedPool:
         worker, so nothing goes on grading unseen."""
         queue = deque(tasks)
         tries: dict[Hashable, int] = {}
+        self._limit_hit = {}
         try:
             while queue or any(s.key is not None for s in self._slots):
                 while len(self._slots) < self.jobs and sum(s.key is None for s in self._slots) < len(queue):
