@@ -69,7 +69,7 @@ from typing import Any
 import distributed
 
 import grader
-from grader.batch.pool import Lost, Raised
+from grader.batch.pool import Lost, Raised, over_memory, over_time
 from grader.course.config import (
     COURSE_FILE,
     Assignment,
@@ -88,7 +88,7 @@ from grader.grading.grade import (
     trusted_limits,
 )
 from grader.grading.record import Record, cap_record
-from grader.host.memory import cap_malloc_arenas, is_out_of_memory, memory_in_words
+from grader.host.memory import cap_malloc_arenas, is_out_of_memory
 from grader.host.sandbox import choose_isolation
 
 log = logging.getLogger(__name__)
@@ -449,7 +449,7 @@ class _Child:
         status, value = json.loads(line)
         if status == "memory":  # the child ends after a MemoryError
             self.close()
-            raise _ChildLost(self.proc.returncode, f"its {memory_in_words(memory or 0)} memory limit")
+            raise _ChildLost(self.proc.returncode, over_memory(memory or 0))
         if status == "raised":  # a grader bug: that submission gets a grader_error record, as locally
             return Raised(f"on worker {_here()}:\n{value}")
         return value
@@ -513,7 +513,7 @@ def _in_child(
         except _Overran as exc:  # another try would cost as much
             del children[which]
             log.warning("the trusted grading process on %s ran past %g s and was killed", _here(), exc.seconds)
-            return Lost(attempt, exc.exitcode, f"its {exc.seconds:g} s time limit")
+            return Lost(attempt, exc.exitcode, over_time(exc.seconds))
         except _ChildLost as exc:
             del children[which]
             exitcode, limit = exc.exitcode, limit or exc.limit  # a try that ran past the limit, named

@@ -83,6 +83,16 @@ class Raised:
         return lines[-1].strip() if lines else "an exception without a traceback"
 
 
+def over_memory(memory_bytes: int) -> str:
+    """:attr:`Lost.limit` for a task that ran out of ``memory_bytes``: "its 8 GiB memory limit"."""
+    return f"its {memory_in_words(memory_bytes)} memory limit"
+
+
+def over_time(seconds: float) -> str:
+    """:attr:`Lost.limit` for a task killed past its deadline: "its 1800 s time limit"."""
+    return f"its {seconds:g} s time limit"
+
+
 @dataclass
 class _Slot:
     proc: Any  # multiprocessing.process.BaseProcess
@@ -218,8 +228,7 @@ class TrustedPool:
                         yield from self._lost(slot, key, tries, queue)
                         continue
                     if status == "memory":  # the worker ends: a loss, tried once more
-                        limit = f"its {memory_in_words(self.memory_bytes or 0)} memory limit"
-                        yield from self._lost(slot, key, tries, queue, limit=limit)
+                        yield from self._lost(slot, key, tries, queue, limit=over_memory(self.memory_bytes or 0))
                         continue
                     slot.key, slot.args, slot.ends = None, (), None
                     yield key, Raised(str(value)) if status == "raised" else value
@@ -268,7 +277,7 @@ class TrustedPool:
             slot.conn.close()
         self._slots.remove(slot)
         seconds = deadline(key) if deadline is not None else None
-        lost = Lost(tries[key], slot.proc.exitcode, f"its {seconds:g} s time limit")
+        lost = Lost(tries[key], slot.proc.exitcode, over_time(seconds or 0.0))
         log.warning("the trusted process grading %s was killed: %s", key, lost.cause)
         return lost
 

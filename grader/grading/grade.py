@@ -27,7 +27,7 @@ import nbformat
 import pytest
 
 from grader import __version__
-from grader.batch.pool import Lost, Raised, TrustedPool
+from grader.batch.pool import Lost, Raised, TrustedPool, over_memory
 from grader.course.config import BrokenTestsError, check_requirements, load_course
 from grader.errors import SubmissionError
 from grader.grading import checks
@@ -42,7 +42,6 @@ from grader.host.memory import (
     cap_malloc_arenas,
     is_out_of_memory,
     limit_memory,
-    memory_in_words,
     under_memory_limit,
     unlimit_memory,
 )
@@ -724,8 +723,7 @@ def _grade_many(
             except Exception as exc:  # grade_one lets only running out of memory through
                 if not is_out_of_memory(exc):
                     raise
-                limit = f"its {memory_in_words(memory)} memory limit"
-                rec = _lost_record(assignment, p, students.get(p), Lost(1, None, limit))
+                rec = _lost_record(assignment, p, students.get(p), Lost(1, None, over_memory(memory)))
             out[p] = rec
             if on_result:
                 on_result(p, rec)

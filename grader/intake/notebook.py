@@ -122,7 +122,14 @@ def load_notebook(path: Path) -> LoadedNotebook:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # missing ids and old minors are normalized below
-            node = nbformat.reader.reads(text)  # read, not validated: _raise_schema_error below
+            # the JSON read above, as nbformat.reader.reads makes it (without reading it again), not
+            # validated: _raise_schema_error below
+            try:
+                node = nbformat.versions[major].to_notebook_json(data, minor=nbformat.reader.get_version(data)[1])
+            except AttributeError as exc:  # as nbformat.reader.reads words it
+                raise nbformat.ValidationError(
+                    f"The notebook is invalid and is missing an expected key: {exc}"
+                ) from None
             if major == 3:
                 node = _upgrade_v3(node)
         if node.get("nbformat_minor", 0) < nbformat.v4.nbformat_minor:

@@ -478,6 +478,12 @@ def corpus() -> dict[str, dict]:
     # comes after `double`: the kernel's own IPython tokenizes it too, and there it ends in a
     # MemoryError (3.12.1) or a RecursionError, in the student's sandbox
     nbs["h_review_tokenizer_bomb"] = notebook(OK, "%time y = " + "-" * 200_000 + "1")
+    # JSON objects by the million (20 MiB of `{}` in a cell's metadata made 7 million
+    # NotebookNodes in the trusted process, past its memory limit: a "lost" the student chose,
+    # never graded); refused at intake as a file the grader does not read, a kept error
+    bomb = notebook(OK)
+    bomb["cells"][0]["metadata"]["x"] = [{}] * 1_200_000
+    nbs["h_json_object_bomb"] = bomb
     # honest submissions graded in the same batch: their results must not change
     nbs["honest_full"] = notebook(OK)
     nbs["honest_half"] = notebook(
@@ -497,7 +503,10 @@ def main() -> None:
     for old in [*HERE.glob("h_*.ipynb"), *HERE.glob("honest_*.ipynb")]:
         old.unlink()
     for name, nb in corpus().items():
-        (HERE / f"{name}.ipynb").write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        text = json.dumps(nb, indent=1, ensure_ascii=False)
+        if len(text) > 1_000_000:  # h_json_object_bomb: its objects one to a line would be 10 MB
+            text = json.dumps(nb, ensure_ascii=False, separators=(",", ":"))
+        (HERE / f"{name}.ipynb").write_text(text + "\n", encoding="utf-8")
     print(f"wrote {len(corpus())} notebooks to {HERE}", file=sys.stderr)
 
 
