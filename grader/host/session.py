@@ -731,18 +731,23 @@ class Session:
                 return self._evaluated(*self._decode({**kept[0], "id": request.id}, kept[1], (messages.Evaluated,)))
             except protocol.ProtocolError:
                 self.eval_cache.damaged(key)
+        limit = timeout or self.limits.call_timeout
+        wait = self._remaining(limit)  # the submission's wall limit bounds the evaluator's time too
         try:
             ev = self._evaluator()
         except Exception as exc:  # starting it is ours to get right (lazily, with the cache): not the student's test
             self.failure = self.failure or exc
             raise EvaluatorUnavailable(f"the grader could not start its evaluator sandbox ({exc})") from exc
         try:
-            header, rpayload = self._exchange(ev, request, frag, payload, timeout or self.limits.call_timeout)
+            header, rpayload = self._exchange(ev, request, frag, payload, wait)
             reply, out = self._decode(header, rpayload, (messages.Evaluated, messages.Raised))
         except protocol.ChannelTimeout:
             ev.kill()
+            if time.monotonic() >= self.deadline:  # the submission's wall limit, not this module's
+                self._lose(f"the submission used up its {self.limits.wall_timeout:g}s time limit", "time")
+                raise SandboxLost(self._lost or "") from None
             raise CallTimedOut(
-                f"the compiled `{name}` did not finish within {timeout or self.limits.call_timeout:g}s",
+                f"the compiled `{name}` did not finish within {limit:g}s",
                 "A lax.while_loop whose condition never becomes false runs forever under jit.",
             ) from None
         except protocol.ProtocolError as exc:  # a MessageError too: the evaluator is ours, not the student's

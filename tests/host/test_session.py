@@ -20,6 +20,7 @@ from grader.host.session import (
     CallTimedOut,
     ExecutionReport,
     MissingName,
+    SandboxLost,
     Session,
     StudentRaised,
     SubmissionError,
@@ -306,3 +307,39 @@ def test_requests_leave_no_handle_on_the_kernel_side_in_the_notebooks_namespace(
         assert s.execute().ok
         assert int(s.call("grader_names").value) == 0
         assert int(s.call("grader_names").value) == 0  # after a request has run
+
+
+def test_the_evaluators_waits_end_at_the_submissions_wall_limit(make_notebook, isolation):
+    """A module that never ends in the evaluator is waited for until the submission's wall limit,
+    not ``call_timeout`` more for every request: before, each evaluation of a forever-looping
+    module waited its own ``call_timeout`` (120 s by default, 25 requests in a vmap_convolve
+    grading: past the trusted worker's deadline, so the notebook was lost, not a timeout, after
+    holding a job for half an hour).  Past the wall limit the submission is lost for time, as
+    for the kernel's requests, and its record says timeout."""
+    nb = make_notebook(
+        "import jax\nfrom jax import lax\n"
+        "def spin(x):\n"
+        "    return lax.while_loop(lambda c: c[0] >= 0, lambda c: c + 1.0, abs(x))"
+    )
+    limits = Limits(call_timeout=4.0, wall_timeout=11.0)
+    with Session(nb, limits=limits, isolation=isolation) as s:
+        s.start()
+        assert s.execute().ok
+        exported = s.export("spin", [("3", "float32")])
+        x = np.ones(3, np.float32)
+        t0 = time.monotonic()
+        with pytest.raises(CallTimedOut):  # the first waits its call_timeout: the wall limit is further
+            s.evaluate("spin", exported.module, x)
+        assert time.monotonic() - t0 < 4.0 + 5
+        outcomes = []
+        for _ in range(4):  # 4 more call_timeouts would be 16 s: past the 11 s wall limit
+            try:
+                s.evaluate("spin", exported.module, x)
+            except SandboxLost as exc:
+                outcomes.append(("lost", str(exc)))
+                break
+            except CallTimedOut:
+                outcomes.append(("timed out", ""))
+        assert outcomes and outcomes[-1][0] == "lost", outcomes
+        assert s.lost_kind == "time" and "11s time limit" in (s.lost or "")
+        assert time.monotonic() - s.deadline < 5, "waited past the submission's wall limit"
