@@ -112,18 +112,18 @@ def validate(assignment: Assignment, *, jobs: int = 2, isolation: str = "auto") 
     tmp = Path(tempfile.mkdtemp(prefix="jaxgrade-validate-"))
     try:
         subjects: dict[Path, tuple[str, str | None]] = {}
-        filled: dict[Path, list[str]] = {}  # each graded notebook's cells, to name a failing one
-        # the reference and the alternatives as students hand them in (what the compilation
-        # cache is warmed with, too); an unreadable starter is reported by grading it below
-        for i, (script, nb, why) in enumerate(filled_solutions(assignment)):
+        # the reference and the alternatives as students hand them in, graded by grade_many (where
+        # the compilation cache is cold they are what warms it); an unreadable starter is
+        # reported by grading it below
+        solved: dict[Path, list[str]] = {}  # script -> the filled notebook's cells, to name a failing one
+        labels: dict[Path, str] = {}
+        for script, nb, why in filled_solutions(assignment):
             label = "reference" if script == assignment.solution else f"alternative {script.stem}"
             if nb is None:
                 report.outcomes.append(Outcome(label, "full marks", False, why))
                 continue
-            nb_path = tmp / f"solution_{i}.ipynb"
-            nbformat.write(nb, nb_path)
-            subjects[nb_path] = (label, None)
-            filled[nb_path] = [c.source for c in nb.cells]
+            solved[script] = [c.source for c in nb.cells]
+            labels[script] = label
         starter = tmp / "starter.ipynb"
         shutil.copyfile(assignment.starter, starter)
         subjects[starter] = ("starter", None)
@@ -137,17 +137,23 @@ def validate(assignment: Assignment, *, jobs: int = 2, isolation: str = "auto") 
             nb_path = tmp / f"mutant_{m.stem}.ipynb"
             nbformat.write(notebook_from_script(m.read_text(encoding="utf-8"), assignment.name), nb_path)
             subjects[nb_path] = (f"mutant {m.stem}", cat)
-        records = grade_many(assignment, list(subjects), jobs=jobs, isolation=isolation)
+        graded: dict[Path, Record] = {}
+        records = grade_many(assignment, list(subjects), jobs=jobs, isolation=isolation, solutions=graded)
+        for script, cells_source in solved.items():
+            label, rec = labels[script], graded.get(script)
+            if rec is None:  # grade_many grades every solution it could read, as validate read them
+                report.outcomes.append(Outcome(label, "full marks", False, "not graded"))
+                continue
+            crash = _crashed(rec)
+            cells = [_cell_failure(c, cells_source) for c in rec.cells if c.get("status") != "ok"]
+            ok = not crash and not cells and rec.max_score > 0 and rec.score == rec.max_score
+            failed = cells + [f"{t.name}: {t.message[:150]}" for t in rec.tests if t.status != "passed"]
+            detail = crash or _summary(rec) + (" — " + "; ".join(failed[:3]) if failed else "")
+            report.outcomes.append(Outcome(label, "full marks", ok, detail))
         for path, (label, cat) in subjects.items():
             rec = records[path]
             crash = _crashed(rec)
-            if label == "reference" or label.startswith("alternative "):
-                cells = [_cell_failure(c, filled[path]) for c in rec.cells if c.get("status") != "ok"]
-                ok = not crash and not cells and rec.max_score > 0 and rec.score == rec.max_score
-                failed = cells + [f"{t.name}: {t.message[:150]}" for t in rec.tests if t.status != "passed"]
-                detail = crash or _summary(rec) + (" — " + "; ".join(failed[:3]) if failed else "")
-                report.outcomes.append(Outcome(label, "full marks", ok, detail))
-            elif label == "starter":
+            if label == "starter":
                 ok = not crash and rec.score <= STARTER_MAX_FRACTION * rec.max_score
                 report.outcomes.append(
                     Outcome(label, f"at most {STARTER_MAX_FRACTION:.0%} of the points", ok, crash or _summary(rec))

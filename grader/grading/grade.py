@@ -14,8 +14,10 @@ import importlib.util
 import logging
 import os
 import resource
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -468,10 +470,18 @@ def _task(kind: str, *args: Any) -> Any:
     return TASKS[kind](*args)
 
 
-def _warm_in_worker(root: str, name: str, isolation: str, final: str, alternatives: bool = False) -> int:
+def _warm_in_worker(
+    root: str, name: str, isolation: str, final: str, alternatives: bool = False, records: bool = False
+) -> int | dict[str, Any]:
+    """The warm task: the entries published, or with ``records`` also the record of each solution
+    it graded, by its script's path in the course (``{"entries": n, "records": {path: record}}``)."""
     logging.basicConfig(level=logging.WARNING)
     assignment = load_course(Path(root)).assignment(name, staff=True)
-    return warm_cache(assignment, isolation, Path(final), alternatives=alternatives)
+    if not records:
+        return warm_cache(assignment, isolation, Path(final), alternatives=alternatives)
+    graded: dict[str, dict[str, Any]] = {}
+    n = warm_cache(assignment, isolation, Path(final), alternatives=alternatives, graded=graded)
+    return {"entries": n, "records": graded}
 
 
 TASKS.update(grade=_grade_in_worker, warm=_warm_in_worker)
@@ -586,13 +596,13 @@ def filled_solutions(assignment: Assignment, *, alternatives: bool = True) -> li
     return out
 
 
-def warm_notebooks(assignment: Assignment, folder: Path, *, alternatives: bool = True) -> list[tuple[str, Path]]:
+def warm_notebooks(assignment: Assignment, folder: Path, *, alternatives: bool = True) -> list[tuple[str, Path, Path]]:
     """The trusted notebooks that warm the cache (:func:`filled_solutions`), written into
     ``folder``.  So the cache holds what every student's notebook runs (the tutorial's cells, the
     checks that call the functions) and what the hidden tests' calls compile for the usual ways
-    of writing a solution, not only the reference's way.  (label, path) pairs; an alternative
-    that cannot be read is left out, a reference that cannot be read is an error."""
-    out: list[tuple[str, Path]] = []
+    of writing a solution, not only the reference's way.  (label, path, script) each; an
+    alternative that cannot be read is left out, a reference that cannot be read is an error."""
+    out: list[tuple[str, Path, Path]] = []
     for script, nb, why in filled_solutions(assignment, alternatives=alternatives):
         reference = script == assignment.solution
         label = "the reference" if reference else f"the alternative solution {script.name}"
@@ -603,22 +613,31 @@ def warm_notebooks(assignment: Assignment, folder: Path, *, alternatives: bool =
             continue
         path = folder / f"warm-{len(out)}.ipynb"
         nbformat.write(nb, path)
-        out.append((label, path))
+        out.append((label, path, script))
     return out
 
 
-def warm_cache(assignment: Assignment, isolation: str, final: Path, *, alternatives: bool = False) -> int:
+def warm_cache(
+    assignment: Assignment,
+    isolation: str,
+    final: Path,
+    *,
+    alternatives: bool = False,
+    graded: dict[str, dict[str, Any]] | None = None,
+) -> int:
     """Grade the trusted notebooks (:func:`warm_notebooks`) once each with a writable cache, and
     publish what they compiled.
 
     The only code in those sandboxes is the staff's (the starter, the reference and its
     alternatives) and the tests: trusted, so what they write may be read by every submission.
     Returns the entries published (0 when warming failed: grading then goes on without the cache,
-    only slower)."""
+    only slower).  With ``graded``, each solution's record goes there (as a dict, by its script's
+    path in the course, :func:`_course_path`), for a caller that judges them (`jaxgrade validate`), and none short of full marks is
+    warned about here."""
     staged = xla_cache.staging()
     try:
         answers = EvalCache(answers_dir(assignment))  # the staff's modules: students who write the same get them
-        for label, nb_path in warm_notebooks(assignment, staged.parent, alternatives=alternatives):
+        for label, nb_path, script in warm_notebooks(assignment, staged.parent, alternatives=alternatives):
             rec = grade_notebook(
                 assignment,
                 nb_path,
@@ -627,6 +646,9 @@ def warm_cache(assignment: Assignment, isolation: str, final: Path, *, alternati
                 xla_cache=XlaCache(staged, writable=True),
                 eval_cache=answers,
             )
+            if graded is not None:
+                graded[_course_path(assignment, script)] = rec.to_dict()
+                continue
             failed = [f"cell {c.get('index')} {c.get('status')}" for c in rec.cells if c.get("status") != "ok"]
             if rec.status != "graded" or rec.score < rec.max_score or failed:
                 log.warning(
@@ -659,6 +681,7 @@ def grade_many(
     public_only: bool = False,
     on_result: Callable[[Path, Record], None] | None = None,
     cache: bool = True,
+    solutions: dict[Path, Record] | None = None,
 ) -> dict[Path, Record]:
     """Grade several notebooks, ``jobs`` at a time, each in a fresh trusted worker process pool.
 
@@ -670,15 +693,90 @@ def grade_many(
     Without bubblewrap the kernels ran as this user and could have written the grading
     processes' own compilations: they are forgotten when the run ends.
 
+    With ``solutions`` (a dict to fill, for `jaxgrade validate`), the staff's solutions are graded
+    too, the way students hand them in (:func:`filled_solutions`), and their records put there by
+    their scripts' paths (one that cannot be read is left out).  Where the cache is not warm, they
+    are what warms it, the alternatives included whatever the batch's size, instead of being
+    graded once to warm it and once more to judge them.
+
     Raises :class:`UnmetRequirementError`, before grading anything, where the installed packages
     cannot grade the assignment (its ``requires``)."""
     check_requirements(assignment)
     iso = choose_isolation(isolation)
     try:
-        return _grade_many(assignment, paths, jobs, students, iso, public_only, on_result, cache)
+        if solutions is None:
+            return _grade_many(assignment, paths, jobs, students, iso, public_only, on_result, cache, None)
+        filled = {s: nb for s, nb, _ in filled_solutions(assignment) if nb is not None}
+        usable = cache and iso == "bwrap" and not public_only
+        if usable and cache_plan(assignment, ALTERNATIVES_MIN).warm:
+            # the warm grades them (the wider cache: with the alternatives whatever the batch's size)
+            out = _grade_many(assignment, paths, jobs, students, iso, public_only, on_result, cache, solutions)
+            # a warm that failed, or was lost, graded some of them or none: the rest as submissions
+            filled = {s: nb for s, nb in filled.items() if s not in solutions}
+            if filled:
+                with _written(filled) as written:
+                    got = _grade_many(
+                        assignment, list(written), jobs, written.students, iso, False, None, cache, None, warm=False
+                    )
+                solutions.update({written[p]: rec for p, rec in got.items()})
+            return out
+        # the cache is there (or not used): they are graded beside the submissions, as one of them
+        with _written(filled) as written:
+            got = _grade_many(
+                assignment,
+                [*paths, *written],
+                jobs,
+                {**(students or {}), **written.students},
+                iso,
+                public_only,
+                None if on_result is None else (lambda p, rec: None if p in written else on_result(p, rec)),
+                cache,
+                None,
+            )
+        solutions.update({written[p]: rec for p, rec in got.items() if p in written})
+        return {p: rec for p, rec in got.items() if p not in written}
     finally:
         if iso != "bwrap":
             xla_cache.forget_trusted()
+
+
+def _course_path(assignment: Assignment, script: Path) -> str:
+    """A solution script's path in the course folder: the same in a worker process that loaded the
+    course again (from a path that may resolve otherwise there)."""
+    try:
+        return script.relative_to(assignment.course.root).as_posix()
+    except ValueError:
+        return str(script)
+
+
+def _solution_records(assignment: Assignment, graded: dict[str, dict[str, Any]]) -> dict[Path, Record]:
+    """The warm task's records (:func:`_course_path` -> record) by the solutions' own paths."""
+    scripts = {_course_path(assignment, s): s for s in [assignment.solution, *assignment.alternatives()]}
+    return {scripts[k]: Record.from_dict(v) for k, v in graded.items() if k in scripts}
+
+
+class _Written(dict):  # type: ignore[type-arg]
+    """Filled-in solutions written as notebooks: path -> script, and their ``students`` label."""
+
+    @property
+    def students(self) -> dict[Path, str]:
+        return dict.fromkeys(self, "reference")
+
+
+@contextlib.contextmanager
+def _written(filled: dict[Path, Any]) -> Iterator[_Written]:
+    """The filled-in solutions (script -> notebook) written into a folder of their own for the
+    time they are graded."""
+    tmp = Path(tempfile.mkdtemp(prefix="jaxgrade-solutions-"))
+    try:
+        written = _Written()
+        for i, (script, nb) in enumerate(filled.items()):
+            path = tmp / f"solution_{i}.ipynb"
+            nbformat.write(nb, path)
+            written[path] = script
+        yield written
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _grade_many(
@@ -690,21 +788,33 @@ def _grade_many(
     public_only: bool,
     on_result: Callable[[Path, Record], None] | None,
     cache: bool,
+    solutions: dict[Path, Record] | None,
+    *,
+    warm: bool = True,
 ) -> dict[Path, Record]:
-    """:func:`grade_many`'s work, with the isolation already chosen (``iso``)."""
+    """:func:`grade_many`'s work, with the isolation already chosen (``iso``).  With ``solutions``,
+    the warm task grades the staff's solutions into it where the cache is to be warmed (the rest
+    is :func:`grade_many`'s); without ``warm``, the batch reads the cache as it is."""
     protect_trusted()
     students = students or {}
     out: dict[Path, Record] = {}
     devices = assignment.config.devices
-    plan = cache_plan(assignment, len(paths)) if cache and iso == "bwrap" and paths and not public_only else None
+    n = ALTERNATIVES_MIN if solutions is not None else len(paths)  # validate warms the wider cache
+    usable = cache and iso == "bwrap" and (paths or solutions is not None) and not public_only
+    plan = cache_plan(assignment, n) if usable else None
+    if plan is not None and plan.warm and not warm:
+        plan = plan._replace(warm=False)
     cached = str(plan.folder) if plan is not None else None  # what each grading reads (_ready_cache)
+    graded: dict[str, dict[str, Any]] | None = {} if solutions is not None and plan is not None and plan.warm else None
     if jobs <= 1 and devices <= 1:
         # grading in this process: the settings of a pool worker's (where its JAX has not started)
         _set_trusted_devices(devices, fast_compile=True)
         if cache and iso == "bwrap":
             xla_cache.use_trusted_cache()
-        if plan is not None and plan.warm and len(paths) >= WARM_MIN:
-            warm_cache(assignment, iso, plan.folder, alternatives=plan.alternatives)
+        if plan is not None and plan.warm and (len(paths) >= WARM_MIN or graded is not None):
+            warm_cache(assignment, iso, plan.folder, alternatives=plan.alternatives, graded=graded)
+            if solutions is not None and graded is not None:
+                solutions.update(_solution_records(assignment, graded))
         ready = _ready_cache(assignment, cached)
         answers = EvalCache(answers_dir(assignment)) if cached else None
         memory, _ = trusted_limits(assignment)
@@ -736,7 +846,8 @@ def _grade_many(
     root = str(assignment.course.root)
     tasks: list[tuple[Any, tuple[Any, ...]]] = []
     if plan is not None and plan.warm:
-        tasks.append((_WARM, ("warm", root, assignment.name, iso, str(plan.folder), plan.alternatives)))
+        warm_args = ("warm", root, assignment.name, iso, str(plan.folder), plan.alternatives, graded is not None)
+        tasks.append((_WARM, warm_args))
     tasks += [(p, ("grade", root, assignment.name, str(p), students.get(p), iso, public_only, cached)) for p in paths]
     initargs = (devices, os.getpid(), cache and iso == "bwrap")
     memory, seconds = trusted_limits(assignment)
@@ -750,6 +861,8 @@ def _grade_many(
         # kills every worker: their sandboxes die with them (bwrap --die-with-parent)
         for p, result in pool.run(_task, tasks, deadline=deadline):
             if p == _WARM:
+                if solutions is not None and isinstance(result, dict):
+                    solutions.update(_solution_records(assignment, result.get("records", {})))
                 continue
             assert isinstance(p, Path)
             if isinstance(result, Lost):

@@ -12,6 +12,7 @@ import pytest
 from grader.cli import main
 from grader.course.config import ConfigError, load_course
 from grader.course.validate import mutant_category, validate
+from grader.intake.notebook import notebook_from_script
 
 pytestmark = pytest.mark.slow
 
@@ -169,6 +170,95 @@ def test_every_alternative_solution_must_earn_full_marks(tmp_path: Path) -> None
         "alternative with_numpy",
     ]
     assert by_label["reference"].ok and not report.ok
+
+
+def test_each_solution_is_graded_once_and_leaves_the_cache_warm_with_all_of_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the compilation cache is cold, validate's gradings of the reference and of each
+    alternative are what warm it (trusted code, with a writable cache): the reference used to be
+    graded once to warm the cache and once more to be judged, and the alternatives never warmed
+    it in a batch of fewer than 50.  Afterwards every grading of the assignment, of any size,
+    reads the cache warmed with all of them."""
+    from grader.grading import grade as grading
+    from grader.host import xla_cache
+    from grader.host.sandbox import choose_isolation
+
+    if choose_isolation("auto") != "bwrap":
+        pytest.skip("the cache is mounted only into bubblewrap sandboxes; bubblewrap does not work here")
+    monkeypatch.setenv("JAXGRADE_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "course").mkdir()
+    root = make_course(tmp_path / "course", {"off_by_one": OFF_BY_ONE})
+    alternatives = root / "reference" / "toy" / "alternatives"
+    alternatives.mkdir()
+    (alternatives / "summed.py").write_text(
+        "import jax.numpy as jnp\n# %%\ndef double(x):\n    return x + jnp.asarray(x)\n"
+    )
+    graded: list[tuple[str, bool]] = []  # (the function's source line, whether it wrote the cache)
+    real = grading.grade_notebook
+
+    def counting(assignment, path, **kwargs):  # type: ignore[no-untyped-def]
+        text = Path(path).read_text(encoding="utf-8")
+        cache = kwargs.get("xla_cache")
+        graded.append(
+            (
+                "mutant"
+                if "+ 1" in text
+                else "2 * jnp"
+                if "2 * jnp" in text
+                else "x + jnp"
+                if "x + jnp" in text
+                else "other",
+                bool(cache and cache.writable),
+            )
+        )
+        return real(assignment, path, **kwargs)
+
+    monkeypatch.setattr(grading, "grade_notebook", counting)
+    a = load_course(root).assignment("toy")
+    report = validate(a, jobs=1)
+    assert report.ok, "\n".join(report.lines())
+    solutions = sorted(g for g in graded if g[0] not in ("other", "mutant"))
+    assert solutions == [("2 * jnp", True), ("x + jnp", True)], graded  # once each, and they warmed it
+    assert xla_cache.ready(grading.trusted_cache_dir(a, alternatives=True)) is not None
+    assert grading.cache_plan(a, 1) == grading.CachePlan(grading.trusted_cache_dir(a, alternatives=True), False, True)
+    # with the cache warm, validate grades them again, reading it (nothing of its own to warm)
+    graded.clear()
+    assert validate(a, jobs=1).ok
+    assert sorted(g for g in graded if g[0] not in ("other", "mutant")) == [("2 * jnp", False), ("x + jnp", False)], (
+        graded
+    )
+
+
+def test_a_pool_hands_back_the_records_of_the_solutions_its_warm_graded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same with pool workers (validate's default, 2 jobs): the warm task sends back each
+    solution's record, by its path in the course, and no solution is graded again."""
+    from grader.grading import grade as grading
+    from grader.host import xla_cache
+    from grader.host.sandbox import choose_isolation
+
+    if choose_isolation("auto") != "bwrap":
+        pytest.skip("the cache is mounted only into bubblewrap sandboxes; bubblewrap does not work here")
+    monkeypatch.setenv("JAXGRADE_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "course").mkdir()
+    root = make_course(tmp_path / "course", {})
+    (root / "reference" / "toy" / "alternatives").mkdir()
+    (root / "reference" / "toy" / "alternatives" / "solution.py").write_text(  # the reference's name, elsewhere
+        "import jax.numpy as jnp\n# %%\ndef double(x):\n    return x + jnp.asarray(x)\n"
+    )
+    a = load_course(root).assignment("toy")
+    mutant = tmp_path / "off_by_one.ipynb"
+    nbformat.write(notebook_from_script(OFF_BY_ONE, "toy"), mutant)
+    solutions: dict = {}
+    records = grading.grade_many(a, [mutant], jobs=2, solutions=solutions)
+    assert records[mutant].score < records[mutant].max_score
+    assert set(solutions) == {a.solution, *a.alternatives()}
+    for script, rec in solutions.items():
+        assert rec.score == rec.max_score == 3, (script, rec.status, rec.message)
+        assert rec.student == "reference" and Path(rec.source).name.startswith("warm-"), rec.source  # the warm's
+    assert xla_cache.ready(grading.trusted_cache_dir(a, alternatives=True)) is not None
 
 
 REPO = Path(__file__).resolve().parents[2]

@@ -340,7 +340,7 @@ def test_the_cache_holds_what_the_starter_and_the_alternatives_compiled(
     a = load_course(bwrap_course).assignment("double", staff=True)
     counting = tmp_path / "counting.ipynb"
     counting.write_text(build_notebook(COUNT_BOTH, RIGHT_IF_BOTH))
-    assert [label for label, _ in warm_notebooks(a, tmp_path, alternatives=False)] == ["the reference"]
+    assert [label for label, *_ in warm_notebooks(a, tmp_path, alternatives=False)] == ["the reference"]
     final = trusted_cache_dir(a, alternatives=True)
     with caplog.at_level(logging.WARNING, logger="grader.grading.grade"):
         assert warm_cache(a, "bwrap", final, alternatives=True) >= 2
