@@ -409,6 +409,20 @@ def main(argv: list[str] | None = None) -> int:
             figures["grade_newer_emitters_timings"] = mean_timings(
                 [s["timings"] for s in jaxgrade_scores(work / "jaxgrade-out-4").values()]
             )
+            # what a TA who validated the assignment on this machine gets: the cache warmed by
+            # validate (the staff's solutions), no answers kept from these notebooks
+            validated = work / "jaxgrade-cache-validated"
+            t0 = time.monotonic()
+            env = {**os.environ, "JAXGRADE_CACHE_DIR": str(validated)}
+            proc = subprocess.run(jaxgrade("validate", ASSIGNMENT), capture_output=True, text=True, cwd=ROOT, env=env)
+            if proc.returncode:
+                raise SystemExit(f"jaxgrade validate failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}")
+            figures["validate_seconds"] = time.monotonic() - t0
+            secs = jaxgrade_grade(work / "class", work / "jaxgrade-out-5", args.jobs, validated)
+            rows.append(Row("grade", "jaxgrade grade, first run after jaxgrade validate", n, secs, base))
+            figures["grade_validated_timings"] = mean_timings(
+                [s["timings"] for s in jaxgrade_scores(work / "jaxgrade-out-5").values()]
+            )
             secs = jaxgrade_grade(work / "class", out, args.jobs, cache)
             rows.append(Row("grade", "jaxgrade grade, rerun (nothing to regrade)", n, secs, base))
         if "check" not in skip:
@@ -457,6 +471,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\njaxgrade records' `timings`, seconds per notebook (sandbox: {', '.join(isolation) or '?'}):")
         print_timings(f"jaxgrade grade, first run, mean of {len(grade)}", figures.get("grade_timings", {}))
         print_timings("jaxgrade grade, next class (cache warm)", figures.get("grade_warm_timings", {}))
+        if "validate_seconds" in figures:
+            print_timings("jaxgrade grade, after validate", figures.get("grade_validated_timings", {}))
+            print(f"  (jaxgrade validate {ASSIGNMENT} itself, before that row: {figures['validate_seconds']:.1f} s)")
         print_timings("jaxgrade grade, JAXGRADE_FAST_COMPILE=0", figures.get("grade_newer_emitters_timings", {}))
         for run in ("1st", "2nd"):
             print_timings(f"jaxgrade check --no-server, {run} run", figures.get(f"check_{run}_timings", {}))
