@@ -89,7 +89,7 @@ from grader.grading.grade import (
 )
 from grader.grading.record import Record, cap_record
 from grader.host.memory import cap_malloc_arenas, is_out_of_memory
-from grader.host.sandbox import choose_isolation
+from grader.host.sandbox import choose_isolation, sweep_after_lost_grader
 
 log = logging.getLogger(__name__)
 
@@ -512,10 +512,12 @@ def _in_child(
             raise
         except _Overran as exc:  # another try would cost as much
             del children[which]
+            sweep_after_lost_grader()  # its sandboxes' scratch and cgroups, now rather than next run
             log.warning("the trusted grading process on %s ran past %g s and was killed", _here(), exc.seconds)
             return Lost(attempt, exc.exitcode, over_time(exc.seconds))
         except _ChildLost as exc:
             del children[which]
+            sweep_after_lost_grader()
             exitcode, limit = exc.exitcode, limit or exc.limit  # a try that ran past the limit, named
             log.warning(
                 "the trusted grading process on %s %s; attempt %d",

@@ -145,11 +145,14 @@ class TrustedPool:
         initargs: tuple[Any, ...] = (),
         attempts: int = 2,
         memory_bytes: int | None = None,
+        on_death: Callable[[], None] | None = None,
     ) -> None:
         if jobs < 1 or attempts < 1:
             raise ValueError("jobs and attempts must be at least 1")
         self.jobs, self.attempts = jobs, attempts
         self.memory_bytes = memory_bytes
+        #: called once a worker that died or was killed in a task is gone (what it left, swept)
+        self.on_death = on_death
         self._ctx = multiprocessing.get_context("spawn")
         self._init, self._initargs = initializer, initargs
         self._slots: list[_Slot] = []
@@ -254,6 +257,7 @@ class TrustedPool:
         with contextlib.suppress(OSError):
             slot.conn.close()
         self._slots.remove(slot)
+        self._after_death()
         limit = self._limit_hit.setdefault(key, limit) or limit  # a try that ran past it, named
         lost = Lost(tries[key], exitcode, limit)
         if tries[key] < self.attempts:
@@ -276,10 +280,19 @@ class TrustedPool:
         with contextlib.suppress(OSError):
             slot.conn.close()
         self._slots.remove(slot)
+        self._after_death()
         seconds = deadline(key) if deadline is not None else None
         lost = Lost(tries[key], slot.proc.exitcode, over_time(seconds or 0.0))
         log.warning("the trusted process grading %s was killed: %s", key, lost.cause)
         return lost
+
+    def _after_death(self) -> None:
+        if self.on_death is None:
+            return
+        try:
+            self.on_death()
+        except Exception as exc:  # sweeping up only saves resources: never a reason to stop the batch
+            log.warning("after a trusted process was lost: %s", exc)
 
     def close(self, *, kill: bool = False) -> None:
         """Stop every worker: ask them to finish (or kill them) and wait."""

@@ -47,7 +47,13 @@ from grader.host.memory import (
     under_memory_limit,
     unlimit_memory,
 )
-from grader.host.sandbox import Isolation, SandboxSetupError, choose_isolation, sandbox_env
+from grader.host.sandbox import (
+    Isolation,
+    SandboxSetupError,
+    choose_isolation,
+    sandbox_env,
+    sweep_after_lost_grader,
+)
 from grader.host.session import Session
 from grader.host.xla_cache import XlaCache
 from grader.host.xla_flags import sandbox_xla_flags
@@ -464,7 +470,7 @@ TASKS: dict[str, Callable[..., Any]] = {}
 
 def _task(kind: str, *args: Any) -> Any:
     """A pool task: ``("grade", root, name, path, student, isolation, public_only, cache)`` or
-    ``("warm", root, name, isolation, final, alternatives)``."""
+    ``("warm", root, name, isolation, final, alternatives[, records])``."""
     if kind not in TASKS:
         raise ValueError(f"unknown trusted task {kind!r} (expected one of {', '.join(TASKS)})")
     return TASKS[kind](*args)
@@ -631,9 +637,9 @@ def warm_cache(
     The only code in those sandboxes is the staff's (the starter, the reference and its
     alternatives) and the tests: trusted, so what they write may be read by every submission.
     Returns the entries published (0 when warming failed: grading then goes on without the cache,
-    only slower).  With ``graded``, each solution's record goes there (as a dict, by its script's
-    path in the course, :func:`_course_path`), for a caller that judges them (`jaxgrade validate`), and none short of full marks is
-    warned about here."""
+    only slower).  With ``graded``, each solution's record goes there (as a dict, by its
+    script's path in the course, :func:`_course_path`), for a caller that judges them (`jaxgrade
+    validate`), and none short of full marks is warned about here."""
     staged = xla_cache.staging()
     try:
         answers = EvalCache(answers_dir(assignment))  # the staff's modules: students who write the same get them
@@ -856,7 +862,13 @@ def _grade_many(
     def deadline(key: Any) -> float:  # the warm grades the starter (and each alternative)
         return seconds * (notebooks if key == _WARM else 1)
 
-    with TrustedPool(max(1, jobs), initializer=_init_worker, initargs=initargs, memory_bytes=memory) as pool:
+    with TrustedPool(
+        max(1, jobs),
+        initializer=_init_worker,
+        initargs=initargs,
+        memory_bytes=memory,
+        on_death=sweep_after_lost_grader,  # a killed worker's sandboxes leave scratch and cgroups
+    ) as pool:
         # an exception here (Ctrl-C, a failed commit, a grader bug) closes the generator, which
         # kills every worker: their sandboxes die with them (bwrap --die-with-parent)
         for p, result in pool.run(_task, tasks, deadline=deadline):

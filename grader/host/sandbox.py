@@ -905,6 +905,23 @@ def _sweep_abandoned_scratch_once(base: str) -> None:
         log.info("removed %d scratch folder(s) left by grader processes that died: %s", len(swept), ", ".join(swept))
 
 
+def sweep_after_lost_grader() -> None:
+    """Sweep at once what a grading process that was killed mid-notebook left (a pool worker past
+    its deadline or its memory limit, or killed): its sandboxes' cgroups, with anything still
+    running in them, and its scratch folders and tmpfs mounts, which would otherwise hold their
+    memory until the next run's sweep.  Only what belongs to processes that are gone.  Never
+    raises: what it cannot remove is left for the next run's sweep."""
+    try:
+        hier, _ = cgroups.host_hierarchy()
+        if hier is not None:
+            cgroups.sweep_stale(hier)
+        if os.geteuid() == 0:
+            sweep_stale_scratch()
+        sweep_abandoned_scratch()
+    except Exception as exc:  # someone else's leftovers, or ours for later: never a reason to fail a batch
+        log.warning("could not sweep what a lost grading process left: %s", exc)
+
+
 SCRATCH_SOURCE = "jaxgrade-scratch-"
 
 

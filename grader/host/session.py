@@ -675,7 +675,14 @@ class Session:
                 self.evaluator.kill()
             self._spawn_evaluator()
         assert self.evaluator is not None
-        header, _ = self.evaluator.recv(120.0)
+        try:
+            header, _ = self.evaluator.recv(self._remaining(120.0))  # its start counts in the wall limit too
+        except protocol.ChannelTimeout:
+            if time.monotonic() < self.deadline:
+                raise
+            self.evaluator.kill()
+            self._lose(f"the submission used up its {self.limits.wall_timeout:g}s time limit", "time")
+            raise SandboxLost(self._lost or "") from None
         try:
             ready = messages.decode_progress(header, messages.Ready)
         except messages.MessageError:
@@ -722,6 +729,8 @@ class Session:
         args: tuple[Any, ...],
         timeout: float | None,
     ) -> tuple[Any, dict[str, Any]]:
+        limit = timeout or self.limits.call_timeout
+        self._remaining(limit)  # past the submission's wall limit nothing is answered, kept or not
         values = {"module": np.frombuffer(module, dtype=np.uint8), "args": list(args)}
         frag, payload = protocol.pack_values(values)
         key = EvalCache.key(request.encode(), frag, payload) if self.eval_cache is not None else ""
@@ -731,13 +740,14 @@ class Session:
                 return self._evaluated(*self._decode({**kept[0], "id": request.id}, kept[1], (messages.Evaluated,)))
             except protocol.ProtocolError:
                 self.eval_cache.damaged(key)
-        limit = timeout or self.limits.call_timeout
-        wait = self._remaining(limit)  # the submission's wall limit bounds the evaluator's time too
         try:
             ev = self._evaluator()
+        except SandboxLost:  # the wall limit came while it started
+            raise
         except Exception as exc:  # starting it is ours to get right (lazily, with the cache): not the student's test
             self.failure = self.failure or exc
             raise EvaluatorUnavailable(f"the grader could not start its evaluator sandbox ({exc})") from exc
+        wait = self._remaining(limit)  # the submission's wall limit bounds the evaluator's time too
         try:
             header, rpayload = self._exchange(ev, request, frag, payload, wait)
             reply, out = self._decode(header, rpayload, (messages.Evaluated, messages.Raised))

@@ -297,6 +297,21 @@ def kill_busy_worker(proc: subprocess.Popen[str], tag: str, seen: set[int]) -> i
     raise AssertionError("no trusted worker was seen grading")
 
 
+def left_by(pids: set[int]) -> list[str]:
+    """The scratch tmpfs mounts and sandbox cgroups of these (dead) grading processes still there."""
+    from grader.host import cgroups
+    from grader.host.sandbox import SCRATCH_SOURCE
+
+    sources = {f"{SCRATCH_SOURCE}{pid}" for pid in pids}
+    found = [
+        line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines() if line.split()[0] in sources
+    ]
+    hier, _ = cgroups.host_hierarchy()
+    for parent in hier.parents.values() if hier is not None else []:
+        found += [str(d) for d in parent.glob("sbx-*") if d.name.split("-")[1] in {str(p) for p in pids}]
+    return found
+
+
 def results(out: Path) -> dict[str, dict]:
     return {
         (rec := json.loads(f.read_text(encoding="utf-8")))["student"]: rec for f in (out / "results").glob("*.json")
@@ -324,9 +339,12 @@ def test_a_trusted_process_killed_mid_batch_costs_nothing(tmp_path: Path, course
     (folder / "half.ipynb").write_text(notebook("half"))
     tag = uuid.uuid4().hex
     proc = start_grade(tmp_path, course, folder, tag)
-    kill_busy_worker(proc, tag, set())
+    killed: set[int] = set()
+    kill_busy_worker(proc, tag, killed)
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
+    # what its sandbox left (a scratch tmpfs, cgroups) is swept at once, not at the next run
+    assert not left_by(killed)
     recs = results(tmp_path / "out")
     assert {k: (r["status"], r["score"]) for k, r in recs.items()} == {
         "sleepy": ("graded", 4.0),
@@ -353,6 +371,7 @@ def test_a_submission_whose_trusted_process_is_lost_twice_is_not_kept_and_the_re
     kill_busy_worker(proc, tag, seen)
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 1, err
+    assert not left_by(seen)
     assert "1 submission(s) not graded: the grader's own process was lost while grading them (sleepy)" in err
     assert "TIP: Run the same command again: it grades only these." in err
     assert "lost 1" in err  # the progress counts
