@@ -29,6 +29,7 @@ import contextlib
 import logging
 import multiprocessing
 import signal
+import threading
 import time
 import traceback
 from collections import deque
@@ -134,6 +135,11 @@ def _serve(
             return
 
 
+#: Seconds :meth:`TrustedPool.close` waits for the sweeps after lost workers (each stale cgroup
+#: may take 7.5 s to empty; a scratch folder with no tmpfs under it, as long as removing it takes).
+SWEEP_WAIT = 60.0
+
+
 class TrustedPool:
     """``jobs`` spawned worker processes; :meth:`run` yields ``(key, result | Lost)`` as they end."""
 
@@ -151,8 +157,11 @@ class TrustedPool:
             raise ValueError("jobs and attempts must be at least 1")
         self.jobs, self.attempts = jobs, attempts
         self.memory_bytes = memory_bytes
-        #: called once a worker that died or was killed in a task is gone (what it left, swept)
+        #: called once a worker that died or was killed in a task is gone (what it left, swept),
+        #: in a thread of its own: the results of the other workers are not kept waiting on it
         self.on_death = on_death
+        self._sweeps: list[threading.Thread] = []
+        self._sweeping = threading.Lock()  # one at a time
         self._ctx = multiprocessing.get_context("spawn")
         self._init, self._initargs = initializer, initargs
         self._slots: list[_Slot] = []
@@ -289,10 +298,17 @@ class TrustedPool:
     def _after_death(self) -> None:
         if self.on_death is None:
             return
-        try:
-            self.on_death()
-        except Exception as exc:  # sweeping up only saves resources: never a reason to stop the batch
-            log.warning("after a trusted process was lost: %s", exc)
+        sweep = threading.Thread(target=self._call_on_death, name="jaxgrade-sweep", daemon=True)
+        self._sweeps = [t for t in self._sweeps if t.is_alive()] + [sweep]
+        sweep.start()
+
+    def _call_on_death(self) -> None:
+        assert self.on_death is not None
+        with self._sweeping:
+            try:
+                self.on_death()
+            except Exception as exc:  # sweeping up only saves resources: never a reason to stop the batch
+                log.warning("after a trusted process was lost: %s", exc)
 
     def close(self, *, kill: bool = False) -> None:
         """Stop every worker: ask them to finish (or kill them) and wait."""
@@ -312,6 +328,9 @@ class TrustedPool:
             with contextlib.suppress(OSError):
                 slot.conn.close()
         self._slots = []
+        for sweep in self._sweeps:  # what a lost worker left is swept before the batch ends
+            sweep.join(timeout=SWEEP_WAIT)
+        self._sweeps = []
 
     def pids(self) -> list[int]:
         """The live workers' process ids."""

@@ -114,6 +114,11 @@ def _detect_v1(root: Path, paths: dict[str, str]) -> tuple[Hierarchy | None, str
 
 def _detect_v2(root: Path, path: str) -> tuple[Hierarchy | None, str]:
     base = _base(root, path)
+    if base != root and base.name == TRUSTED_LEAF:
+        # a grader process that an earlier one moved to its leaf (a pool worker, spawned after the
+        # coordinator's detection): the same hierarchy as that one's, not one nested in the leaf,
+        # so that a sweep from either finds the other's sandboxes
+        base = base.parent
     available = (base / "cgroup.controllers").read_text().split()
     wanted = [c for c in V2_CONTROLLERS if c in available]
     if "memory" not in wanted:

@@ -67,6 +67,33 @@ def tasks(n: int) -> list[tuple[int, tuple[int]]]:
     return [(i, (i,)) for i in range(n)]
 
 
+def test_after_each_lost_worker_on_death_is_called_beside_the_batch_and_awaited_at_its_end() -> None:
+    """What a lost worker left (its sandboxes' scratch and cgroups) is swept once it is gone, in
+    a thread of its own, so that a slow sweep keeps no other worker's result waiting, and before
+    the pool is closed."""
+    import threading
+
+    calls: list[str] = []
+    done = threading.Event()
+
+    def on_death() -> None:
+        calls.append(threading.current_thread().name)
+        time.sleep(3)
+        if len(calls) == 2:  # the second sweep: it began as the task's loss was reported
+            done.set()
+
+    pool = TrustedPool(2, on_death=on_death)
+    got = {}
+    with pool:
+        for key, result in pool.run(die_on_three, tasks(6)):
+            got[key] = result
+            if len(got) == 5:  # the other tasks' results came while the sweep slept
+                assert not done.is_set()
+    assert done.is_set()  # closing waited for it
+    assert isinstance(got.pop(3), Lost) and got == {i: 2 * i for i in range(6) if i != 3}
+    assert calls == ["jaxgrade-sweep", "jaxgrade-sweep"]  # two tries, two deaths, each swept
+
+
 def test_results_come_back_for_every_task() -> None:
     with TrustedPool(2) as pool:
         assert dict(pool.run(double, tasks(6))) == {i: 2 * i for i in range(6)}

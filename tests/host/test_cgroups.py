@@ -56,6 +56,25 @@ def test_v2_delegated_cgroup_moves_its_processes_to_a_leaf_and_enables_controlle
     assert (base / "jaxgrade" / "cgroup.subtree_control").read_text() == "+memory +pids +cpu"
 
 
+def test_v2_a_process_in_the_graders_leaf_shares_the_graders_hierarchy(tmp_path: Path) -> None:
+    """A pool worker is spawned after the coordinator moved their cgroup's processes to its leaf:
+    its sandboxes go beside the coordinator's, where a sweep from either process looks, not in a
+    hierarchy nested inside the leaf (which the no-internal-processes rule would also refuse)."""
+    base = fake_v2(tmp_path / "cg")
+    first, why = detect(tmp_path / "cg", "0::/grader.slice\n")
+    assert first is not None, why
+    (base / "cgroup.subtree_control").write_text("memory pids cpu")  # as the kernel shows what it wrote
+    leaf = base / "jaxgrade-trusted"
+    (leaf / "cgroup.controllers").write_text("memory pids cpu\n")
+    (leaf / "cgroup.subtree_control").write_text("")
+    (leaf / "cgroup.procs").write_text("456\n789\n")
+    worker, why = detect(tmp_path / "cg", "0::/grader.slice/jaxgrade-trusted\n")
+    assert worker is not None, why
+    assert worker.parents == first.parents == {"": base / "jaxgrade"}
+    assert not (leaf / "jaxgrade").exists() and not (leaf / "jaxgrade-trusted").exists()
+    assert (leaf / "cgroup.procs").read_text() == "456\n789\n"  # nobody moved
+
+
 def test_v2_sandbox_cgroup_limits_accounting_and_removal(tmp_path: Path) -> None:
     base = fake_v2(tmp_path / "cg")
     hier, _ = detect(tmp_path / "cg", "0::/grader.slice\n")
