@@ -115,15 +115,13 @@ def validate(assignment: Assignment, *, jobs: int = 2, isolation: str = "auto") 
         # the reference and the alternatives as students hand them in, graded by grade_many (where
         # the compilation cache is cold they are what warms it); an unreadable starter is
         # reported by grading it below
-        solved: dict[Path, list[str]] = {}  # script -> the filled notebook's cells, to name a failing one
-        labels: dict[Path, str] = {}
+        solved: dict[Path, tuple[str, list[str]]] = {}  # script -> label, cells (to name a failing one)
         for script, nb, why in filled_solutions(assignment):
             label = "reference" if script == assignment.solution else f"alternative {script.stem}"
             if nb is None:
                 report.outcomes.append(Outcome(label, "full marks", False, why))
                 continue
-            solved[script] = [c.source for c in nb.cells]
-            labels[script] = label
+            solved[script] = (label, [c.source for c in nb.cells])
         starter = tmp / "starter.ipynb"
         shutil.copyfile(assignment.starter, starter)
         subjects[starter] = ("starter", None)
@@ -139,8 +137,8 @@ def validate(assignment: Assignment, *, jobs: int = 2, isolation: str = "auto") 
             subjects[nb_path] = (f"mutant {m.stem}", cat)
         graded: dict[Path, Record] = {}
         records = grade_many(assignment, list(subjects), jobs=jobs, isolation=isolation, solutions=graded)
-        for script, cells_source in solved.items():
-            label, rec = labels[script], graded.get(script)
+        for script, (label, cells_source) in solved.items():
+            rec = graded.get(script)
             if rec is None:  # grade_many grades every solution it could read, as validate read them
                 report.outcomes.append(Outcome(label, "full marks", False, "not graded"))
                 continue

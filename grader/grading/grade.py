@@ -717,13 +717,13 @@ def grade_many(
         if usable and cache_plan(assignment, ALTERNATIVES_MIN).warm:
             # the warm grades them (the wider cache: with the alternatives whatever the batch's size)
             out = _grade_many(assignment, paths, jobs, students, iso, public_only, on_result, cache, solutions)
-            # a warm that failed, or was lost, graded some of them or none: the rest as submissions
+            # a warm that failed, or was lost, graded some of them or none: the rest as submissions,
+            # without the cache it did not leave (nor another warm)
             filled = {s: nb for s, nb in filled.items() if s not in solutions}
             if filled:
                 with _written(filled) as written:
-                    got = _grade_many(
-                        assignment, list(written), jobs, written.students, iso, False, None, cache, None, warm=False
-                    )
+                    staff = dict.fromkeys(written, "reference")
+                    got = _grade_many(assignment, list(written), jobs, staff, iso, False, None, False, None)
                 solutions.update({written[p]: rec for p, rec in got.items()})
             return out
         # the cache is there (or not used): they are graded beside the submissions, as one of them
@@ -732,7 +732,7 @@ def grade_many(
                 assignment,
                 [*paths, *written],
                 jobs,
-                {**(students or {}), **written.students},
+                {**(students or {}), **dict.fromkeys(written, "reference")},
                 iso,
                 public_only,
                 None if on_result is None else (lambda p, rec: None if p in written else on_result(p, rec)),
@@ -761,21 +761,13 @@ def _solution_records(assignment: Assignment, graded: dict[str, dict[str, Any]])
     return {scripts[k]: Record.from_dict(v) for k, v in graded.items() if k in scripts}
 
 
-class _Written(dict):  # type: ignore[type-arg]
-    """Filled-in solutions written as notebooks: path -> script, and their ``students`` label."""
-
-    @property
-    def students(self) -> dict[Path, str]:
-        return dict.fromkeys(self, "reference")
-
-
 @contextlib.contextmanager
-def _written(filled: dict[Path, Any]) -> Iterator[_Written]:
+def _written(filled: dict[Path, Any]) -> Iterator[dict[Path, Path]]:
     """The filled-in solutions (script -> notebook) written into a folder of their own for the
-    time they are graded."""
+    time they are graded: notebook path -> script."""
     tmp = Path(tempfile.mkdtemp(prefix="jaxgrade-solutions-"))
     try:
-        written = _Written()
+        written: dict[Path, Path] = {}
         for i, (script, nb) in enumerate(filled.items()):
             path = tmp / f"solution_{i}.ipynb"
             nbformat.write(nb, path)
@@ -795,12 +787,10 @@ def _grade_many(
     on_result: Callable[[Path, Record], None] | None,
     cache: bool,
     solutions: dict[Path, Record] | None,
-    *,
-    warm: bool = True,
 ) -> dict[Path, Record]:
     """:func:`grade_many`'s work, with the isolation already chosen (``iso``).  With ``solutions``,
     the warm task grades the staff's solutions into it where the cache is to be warmed (the rest
-    is :func:`grade_many`'s); without ``warm``, the batch reads the cache as it is."""
+    is :func:`grade_many`'s)."""
     protect_trusted()
     students = students or {}
     out: dict[Path, Record] = {}
@@ -808,8 +798,6 @@ def _grade_many(
     n = ALTERNATIVES_MIN if solutions is not None else len(paths)  # validate warms the wider cache
     usable = cache and iso == "bwrap" and (paths or solutions is not None) and not public_only
     plan = cache_plan(assignment, n) if usable else None
-    if plan is not None and plan.warm and not warm:
-        plan = plan._replace(warm=False)
     cached = str(plan.folder) if plan is not None else None  # what each grading reads (_ready_cache)
     graded: dict[str, dict[str, Any]] | None = {} if solutions is not None and plan is not None and plan.warm else None
     if jobs <= 1 and devices <= 1:

@@ -894,6 +894,11 @@ def _scratch_owner(uid: int) -> bool:
 
 @lru_cache(maxsize=4)
 def _sweep_abandoned_scratch_once(base: str) -> None:
+    _sweep_scratch(base)
+
+
+def _sweep_scratch(base: str) -> None:
+    """Unmount (as root) and remove the scratch of grader processes that are gone; never raises."""
     try:
         if os.geteuid() == 0:  # unmounted first, so that their folders and locks go too
             sweep_stale_scratch()
@@ -915,11 +920,9 @@ def sweep_after_lost_grader() -> None:
         hier, _ = cgroups.host_hierarchy()
         if hier is not None:
             cgroups.sweep_stale(hier)
-        if os.geteuid() == 0:
-            sweep_stale_scratch()
-        sweep_abandoned_scratch()
     except Exception as exc:  # someone else's leftovers, or ours for later: never a reason to fail a batch
-        log.warning("could not sweep what a lost grading process left: %s", exc)
+        log.warning("could not sweep the cgroups of grader processes that are gone: %s", exc)
+    _sweep_scratch(str(Path(tempfile.gettempdir()).absolute()))
 
 
 SCRATCH_SOURCE = "jaxgrade-scratch-"

@@ -356,9 +356,14 @@ class Session:
     def _remaining(self, timeout: float) -> float:
         left = self.deadline - time.monotonic()
         if left <= 0:
-            self._lose(f"the submission used up its {self.limits.wall_timeout:g}s time limit", "time")
-            raise SandboxLost(self._lost or "")
+            raise self._out_of_time()
         return min(timeout, left)
+
+    def _out_of_time(self) -> SandboxLost:
+        """The submission's wall limit is spent: the sandbox is lost for time (the record says
+        ``timeout``); the error to raise."""
+        self._lose(f"the submission used up its {self.limits.wall_timeout:g}s time limit", "time")
+        return SandboxLost(self._lost or "")
 
     @property
     def lost(self) -> str | None:
@@ -436,9 +441,8 @@ class Session:
             raise BadValue(malformed) from None
         except protocol.ChannelTimeout:
             if time.monotonic() >= self.deadline:  # the submission's wall limit, not a hang
-                self._lose(f"the submission used up its {self.limits.wall_timeout:g}s time limit", "time")
-            else:
-                self._lose("the sandbox stopped answering")
+                raise self._out_of_time() from None
+            self._lose("the sandbox stopped answering")
             raise SandboxLost(self._lost or "") from None
         except protocol.ProtocolError as exc:
             self._lose(f"the sandbox sent something that is not valid data ({exc})")
@@ -681,8 +685,7 @@ class Session:
             if time.monotonic() < self.deadline:
                 raise
             self.evaluator.kill()
-            self._lose(f"the submission used up its {self.limits.wall_timeout:g}s time limit", "time")
-            raise SandboxLost(self._lost or "") from None
+            raise self._out_of_time() from None
         try:
             ready = messages.decode_progress(header, messages.Ready)
         except messages.MessageError:
@@ -754,8 +757,7 @@ class Session:
         except protocol.ChannelTimeout:
             ev.kill()
             if time.monotonic() >= self.deadline:  # the submission's wall limit, not this module's
-                self._lose(f"the submission used up its {self.limits.wall_timeout:g}s time limit", "time")
-                raise SandboxLost(self._lost or "") from None
+                raise self._out_of_time() from None
             raise CallTimedOut(
                 f"the compiled `{name}` did not finish within {limit:g}s",
                 "A lax.while_loop whose condition never becomes false runs forever under jit.",

@@ -261,6 +261,36 @@ def test_a_pool_hands_back_the_records_of_the_solutions_its_warm_graded(
     assert xla_cache.ready(grading.trusted_cache_dir(a, alternatives=True)) is not None
 
 
+def test_solutions_a_failed_warm_did_not_grade_are_graded_as_submissions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A warm that fails (here: its first grading raises, which warming survives) leaves no
+    record of a solution: they are graded afterwards as submissions are, and validate judges them."""
+    from grader.grading import grade as grading
+    from grader.host.sandbox import choose_isolation
+
+    if choose_isolation("auto") != "bwrap":
+        pytest.skip("the cache is mounted only into bubblewrap sandboxes; bubblewrap does not work here")
+    monkeypatch.setenv("JAXGRADE_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "course").mkdir()
+    root = make_course(tmp_path / "course", {"off_by_one": OFF_BY_ONE})
+    real = grading.grade_notebook
+    writable: list[bool] = []
+
+    def failing_warm(assignment, path, **kwargs):  # type: ignore[no-untyped-def]
+        cache = kwargs.get("xla_cache")
+        writable.append(bool(cache and cache.writable))
+        if writable[-1]:
+            raise RuntimeError("the warm broke")
+        return real(assignment, path, **kwargs)
+
+    monkeypatch.setattr(grading, "grade_notebook", failing_warm)
+    report = validate(load_course(root).assignment("toy"), jobs=1)
+    assert report.ok, "\n".join(report.lines())
+    assert {o.label for o in report.outcomes} == {"reference", "starter", "mutant off_by_one"}
+    assert writable.count(True) == 1 and writable.count(False) == 3  # the warm's one try, then all three
+
+
 REPO = Path(__file__).resolve().parents[2]
 
 
