@@ -507,8 +507,9 @@ def _in_child(
         try:
             return child.call(args, stopped, limits)
         except _Stopped as exc:
-            if exc.sent:  # ended (or killed and not yet reaped): never used again
+            if exc.sent:  # ended (or killed past its grace, its sandboxes left): never used again
                 del children[which]
+                sweep_after_lost_grader()
             raise
         except _Overran as exc:  # another try would cost as much
             del children[which]

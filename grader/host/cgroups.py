@@ -15,12 +15,14 @@ The sandbox's first process joins its cgroup before it runs anything (:func:`ent
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
 import signal
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -180,6 +182,63 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _pid_namespace() -> str:
+    """The inode of this process's PID namespace ("" where /proc does not say)."""
+    try:
+        link = os.readlink("/proc/self/ns/pid")  # "pid:[4026531836]"
+    except OSError:
+        return ""
+    digits = link.rpartition("[")[2].rstrip("]")
+    return digits if digits.isdigit() else ""
+
+
+def _start_time(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks after boot, /proc/PID/stat's 22nd field); ""
+    where there is no such process, None where that cannot be read (then it is taken as alive)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode("ascii", "replace")
+    except (FileNotFoundError, ProcessLookupError):
+        return ""
+    except OSError:
+        return None
+    fields = stat.rpartition(")")[2].split()  # the name before it may hold spaces and parentheses
+    return fields[19] if len(fields) > 19 and fields[19].isdigit() else None
+
+
+#: (pid, tag) of :func:`owner_tag`, made once per process (a spawned worker is a new process).
+_OWNER: tuple[int, str] | None = None
+
+
+def owner_tag() -> str:
+    """This process's name in what it makes for its sandboxes (their cgroups, their scratch
+    mounts), which a later sweep reads to tell whether its maker is gone: ``PID.START.PIDNS``, its
+    pid, when it started and its PID namespace.  With the start time, a pid that a new process
+    reuses is not taken for the maker; with the namespace, a grader in another PID namespace
+    (whose pids mean other processes here) is never judged, and so never swept, from this one."""
+    global _OWNER
+    pid = os.getpid()
+    if _OWNER is None or _OWNER[0] != pid:
+        start = _start_time(pid) or "0"
+        _OWNER = (pid, f"{pid}.{start}.{_pid_namespace() or '0'}")
+    return _OWNER[1]
+
+
+def owner_gone(tag: str) -> bool:
+    """Whether the grading process named by ``tag`` (:func:`owner_tag`; a bare pid in names made
+    before it) is gone, so that what it made may be swept.  False where that cannot be told: a
+    maker in another PID namespace, a name that is not ours, a /proc that will not say."""
+    parts = tag.split(".")
+    if not all(p.isdigit() for p in parts):
+        return False
+    if len(parts) == 1:  # an older grader's name: the pid alone
+        return not _pid_alive(int(parts[0]))
+    if len(parts) != 3 or parts[2] != (_pid_namespace() or "0"):
+        return False
+    start = _start_time(int(parts[0]))
+    return start is not None and start != parts[1]  # gone, or its pid is another process's now
+
+
 def sweep_stale(hierarchy: Hierarchy) -> int:
     """Remove the cgroups of sandboxes whose grader process is gone (a grader killed with
     SIGKILL never removes them), killing what is left in them; returns how many."""
@@ -190,8 +249,7 @@ def sweep_stale(hierarchy: Hierarchy) -> int:
         except OSError:
             continue
         for name in names:
-            owner = name.split("-")[1]
-            if owner.isdigit() and not _pid_alive(int(owner)):
+            if owner_gone(name.split("-")[1]):
                 stale.setdefault(name, {})[ctrl] = parent / name
     for dirs in stale.values():
         SandboxCgroup(hierarchy, dirs).remove()
@@ -222,7 +280,7 @@ class SandboxCgroup:
 
     @classmethod
     def create(cls, hierarchy: Hierarchy, limits: CgroupLimits, name: str | None = None) -> SandboxCgroup:
-        name = name or f"sbx-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        name = name or f"sbx-{owner_tag()}-{uuid.uuid4().hex[:12]}"
         cg = cls(hierarchy)
         try:
             for ctrl, parent in hierarchy.parents.items():
@@ -321,11 +379,7 @@ class SandboxCgroup:
                 pass
         deadline = time.monotonic() + timeout
         while (pids := self._procs()) and time.monotonic() < deadline:
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            _kill_members(pids, self._procs)
             time.sleep(0.02)
 
     def remove(self) -> None:
@@ -348,6 +402,35 @@ class SandboxCgroup:
                         log.warning("could not remove cgroup %s: %s", d, exc)
                     time.sleep(0.05)
             self.dirs.pop(ctrl, None)
+
+
+def _kill_members(pids: set[int], members: Callable[[], set[int]]) -> None:
+    """SIGKILL each of ``pids`` (read from a cgroup) that is still a member of it.  Between that
+    read and the signal, a process may exit and its pid go to a new process outside the sandbox:
+    each process is pinned first (a pidfd, which keeps naming the same process), then the members
+    are read again, and only a pinned process still among them is signalled, through its pidfd.
+    (Its pid cannot pass to another process while it lives, so "still a member" is about it.)
+    Where pidfds are missing (Linux before 5.3), a plain kill of the pids read."""
+    fds: dict[int, int] = {}
+    try:
+        for pid in pids:
+            try:
+                fds[pid] = os.pidfd_open(pid)
+            except ProcessLookupError:
+                continue
+            except (AttributeError, OSError):  # no pidfds here
+                for other in pids:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(other, signal.SIGKILL)
+                return
+        now = members()
+        for pid, fd in fds.items():
+            if pid in now:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    signal.pidfd_send_signal(fd, signal.SIGKILL)
+    finally:
+        for fd in fds.values():
+            os.close(fd)
 
 
 def _on_cgroupfs(path: Path) -> bool:

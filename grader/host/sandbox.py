@@ -707,7 +707,7 @@ def make_scratch(prefix: str = "jaxgrade-", size_bytes: int | None = None) -> Pa
         os.chmod(path, 0o700)
         if size_bytes is not None and scratch_status()[0]:
             opts = f"size={int(size_bytes)},mode=0700,nosuid,nodev"
-            source = f"{SCRATCH_SOURCE}{os.getpid()}"  # whose it is, for sweep_stale_scratch
+            source = f"{SCRATCH_SOURCE}{cgroups.owner_tag()}"  # whose it is, for sweep_stale_scratch
             done = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, source, str(path)], capture_output=True)
             if done.returncode != 0:
                 log.warning(
@@ -941,8 +941,7 @@ def sweep_stale_scratch(mounts: str | None = None) -> list[str]:
         fields = line.split()
         if len(fields) < 3 or fields[2] != "tmpfs" or not fields[0].startswith(SCRATCH_SOURCE):
             continue
-        owner = fields[0][len(SCRATCH_SOURCE) :]
-        if owner.isdigit() and not cgroups._pid_alive(int(owner)):
+        if cgroups.owner_gone(fields[0][len(SCRATCH_SOURCE) :]):
             path = Path(fields[1].replace("\\040", " "))
             remove_scratch(path)
             swept.append(str(path))

@@ -511,6 +511,31 @@ def test_a_workers_grading_child_has_the_trusted_limits_of_a_local_pool(tmp_path
     assert (record["status"], record["score"]) == ("graded", 5.0)
 
 
+def test_a_grading_child_stopped_with_the_batch_is_swept_after(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A child stopped mid-notebook (the batch stopped) may have been killed past its grace,
+    its sandboxes' scratch and cgroups left: they are swept then, as after a lost child, not at
+    the worker's next start. A stop before anything was sent keeps the child and sweeps nothing."""
+    from grader.batch import cluster
+
+    swept: list[int] = []
+    monkeypatch.setattr(cluster, "sweep_after_lost_grader", lambda: swept.append(1))
+    for sent in (False, True):
+
+        class Stopping:
+            def __init__(self, *args: object) -> None:
+                pass
+
+            def call(self, *args: object, _sent: bool = sent) -> None:
+                raise cluster._Stopped(sent=_sent)
+
+        monkeypatch.setattr(cluster, "_Child", Stopping)
+        cluster._THREAD.__dict__.pop("children", None)
+        with pytest.raises(cluster._Stopped):
+            _in_child(1, ["grade"], trusted_cache=False, stopped=lambda: True)
+        assert len(swept) == int(sent) and bool(cluster._THREAD.children) != sent
+    cluster._THREAD.__dict__.pop("children", None)
+
+
 def test_a_workers_grading_child_keeps_its_compilations_only_when_told(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """A Dask worker's grading child (``_in_child``) with ``trusted_cache`` keeps what it
     compiles (here: vmap_convolve's reference on the hidden inputs) in <root>/trusted, as the

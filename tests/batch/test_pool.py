@@ -329,13 +329,17 @@ def left_by(pids: set[int]) -> list[str]:
     from grader.host import cgroups
     from grader.host.sandbox import SCRATCH_SOURCE
 
-    sources = {f"{SCRATCH_SOURCE}{pid}" for pid in pids}
+    def made_by_them(owner: str) -> bool:  # cgroups.owner_tag: "PID.START.PIDNS"
+        return owner.split(".")[0] in {str(p) for p in pids}
+
     found = [
-        line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines() if line.split()[0] in sources
+        fields[1]
+        for line in Path("/proc/self/mounts").read_text().splitlines()
+        if (fields := line.split())[0].startswith(SCRATCH_SOURCE) and made_by_them(fields[0][len(SCRATCH_SOURCE) :])
     ]
     hier, _ = cgroups.host_hierarchy()
     for parent in hier.parents.values() if hier is not None else []:
-        found += [str(d) for d in parent.glob("sbx-*") if d.name.split("-")[1] in {str(p) for p in pids}]
+        found += [str(d) for d in parent.glob("sbx-*") if made_by_them(d.name.split("-")[1])]
     return found
 
 

@@ -344,25 +344,73 @@ def dead_pid() -> int:
     return proc.pid
 
 
+def owners() -> dict[str, str]:
+    """Owner names (cgroups.owner_tag) of graders that are gone and of graders that are not."""
+    pid, start, ns = cgroups.owner_tag().split(".")
+    assert pid == str(os.getpid()) and start != "0" and ns != "0", cgroups.owner_tag()
+    return {
+        "dead": f"{dead_pid()}.{start}.{ns}",
+        "pid reused": f"{pid}.{int(start) - 1}.{ns}",  # this pid, once another (earlier) process's
+        "older grader, dead": str(dead_pid()),  # names made before the start time and namespace
+        "alive": cgroups.owner_tag(),
+        "older grader, alive": str(os.getpid()),
+        "other namespace": f"{pid}.{int(start) - 1}.{int(ns) + 1}",  # its pid 1234 is not ours
+        "not a tag": "abc",
+    }
+
+
+GONE = {"dead", "pid reused", "older grader, dead"}
+
+
+def test_a_grader_is_gone_when_its_pid_is_or_names_another_process_and_never_judged_across_namespaces() -> None:
+    assert {k for k, tag in owners().items() if cgroups.owner_gone(tag)} == GONE
+
+
 def test_cgroups_of_a_grader_killed_with_sigkill_are_swept(tmp_path: Path) -> None:
     fake_v2(tmp_path / "cg")
     hier, _ = detect(tmp_path / "cg", "0::/grader.slice\n")
     assert hier is not None
-    gone = SandboxCgroup.create(hier, CgroupLimits(1 << 30, 100), name=f"sbx-{dead_pid()}-a")
-    ours = SandboxCgroup.create(hier, CgroupLimits(1 << 30, 100), name=f"sbx-{os.getpid()}-b")
-    for cg in (gone, ours):
+    made = {k: SandboxCgroup.create(hier, CgroupLimits(1 << 30, 100), name=f"sbx-{t}-a") for k, t in owners().items()}
+    made["new"] = SandboxCgroup.create(hier, CgroupLimits(1 << 30, 100))  # named by this process
+    for cg in made.values():
         (cg.dirs[""] / "cgroup.procs").write_text("")
-    assert cgroups.sweep_stale(hier) == 1
-    assert not gone.dirs[""].exists() and ours.dirs[""].exists()
+    assert cgroups.sweep_stale(hier) == len(GONE)
+    assert {k for k, cg in made.items() if not cg.dirs[""].exists()} == GONE
 
 
 def test_scratch_mounts_of_a_grader_killed_with_sigkill_are_swept(monkeypatch: pytest.MonkeyPatch) -> None:
     removed: list[Path] = []
     monkeypatch.setattr(sandbox, "remove_scratch", removed.append)
-    mounts = (
-        f"jaxgrade-scratch-{dead_pid()} /tmp/jaxgrade-sub-a tmpfs rw,size=524288k 0 0\n"
-        f"jaxgrade-scratch-{os.getpid()} /tmp/jaxgrade-sub-b tmpfs rw,size=524288k 0 0\n"
-        "tmpfs /run tmpfs rw 0 0\n"
+    tags = owners()
+    mounts = "".join(
+        f"jaxgrade-scratch-{t} /tmp/jaxgrade-sub-{i} tmpfs rw,size=524288k 0 0\n" for i, t in enumerate(tags.values())
     )
-    assert sandbox.sweep_stale_scratch(mounts) == ["/tmp/jaxgrade-sub-a"]
-    assert removed == [Path("/tmp/jaxgrade-sub-a")]
+    mounts += "tmpfs /run tmpfs rw 0 0\n"
+    gone = [f"/tmp/jaxgrade-sub-{i}" for i, k in enumerate(tags) if k in GONE]
+    assert sandbox.sweep_stale_scratch(mounts) == gone
+    assert removed == [Path(p) for p in gone]
+
+
+def test_killing_a_cgroups_processes_never_signals_a_pid_that_left_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pid read from cgroup.procs whose process exits before the kill, and whose pid then goes to
+    a process outside the sandbox: that process is not signalled. Here a live process outside any
+    sandbox is listed on the first read and gone from the second, as such a pid would be."""
+    fake_v2(tmp_path / "cg")
+    hier, _ = detect(tmp_path / "cg", "0::/grader.slice\n")
+    assert hier is not None
+    cg = SandboxCgroup.create(hier, CgroupLimits(1 << 30, 100))
+    outsider = subprocess.Popen(["sleep", "60"])
+    member = subprocess.Popen(["sleep", "60"])
+    try:
+        reads = iter([{outsider.pid, member.pid}, {member.pid}])
+        monkeypatch.setattr(SandboxCgroup, "_procs", lambda self: next(reads, set()))
+        cg.kill_all(timeout=5)
+        assert member.wait(timeout=10) == -signal.SIGKILL
+        time.sleep(0.2)
+        assert outsider.poll() is None, "a process outside the cgroup was killed"
+    finally:
+        for p in (outsider, member):
+            p.kill()
+            p.wait()
