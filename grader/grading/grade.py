@@ -575,6 +575,10 @@ def cache_status(assignment: Assignment, isolation: str, cache: bool = True, *, 
     return f"compilation cache: warming {plan.folder} by grading {what} once, {when}"
 
 
+#: The unreadable starters :func:`filled_solutions` has warned about in this process (and why).
+_WARNED_STARTERS: set[tuple[Path, str]] = set()
+
+
 def filled_solutions(assignment: Assignment, *, alternatives: bool = True) -> list[tuple[Path, Any, str]]:
     """The reference solution and (with ``alternatives``) each alternative solution
     (:meth:`Assignment.alternatives`), as students hand theirs in: the starter filled in with it
@@ -584,7 +588,9 @@ def filled_solutions(assignment: Assignment, *, alternatives: bool = True) -> li
     try:
         starter = load_notebook(assignment.starter).node
     except NotebookError as exc:  # validate grades the starter too, and says so there
-        log.warning("the solutions are graded without the starter's cells: %s", exc)
+        if (assignment.starter, str(exc)) not in _WARNED_STARTERS:  # validate asks twice
+            _WARNED_STARTERS.add((assignment.starter, str(exc)))
+            log.warning("the solutions are graded without the starter's cells: %s", exc)
         starter = None
     out: list[tuple[Path, Any, str]] = []
     for script in [assignment.solution, *(assignment.alternatives() if alternatives else [])]:

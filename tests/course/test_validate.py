@@ -304,3 +304,21 @@ def test_prng_keys_is_valid_with_its_alternative_solutions() -> None:
     labels = [o.label for o in report.outcomes]
     assert {"reference", "alternative split_as_you_go", "alternative split_per_sample", "starter"} <= set(labels)
     assert sum(label.startswith("mutant ") for label in labels) >= 4
+
+
+def test_an_unreadable_starter_is_warned_about_once_per_process(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """validate asks for the filled-in solutions twice (to list them, and to grade them): the
+    solutions are then graded as bare scripts, and the log says so once, not at each ask."""
+    from grader.grading.grade import filled_solutions
+
+    root = make_course(tmp_path, {})
+    (root / "assignments" / "toy" / "toy.ipynb").write_text("{not json")
+    assignment = load_course(root).assignment("toy")
+    with caplog.at_level("WARNING", logger="grader.grading.grade"):
+        for _ in range(2):
+            [(script, nb, why)] = filled_solutions(assignment)
+            assert script == assignment.solution and nb is not None and why == ""
+    said = [r for r in caplog.records if "graded without the starter's cells" in r.getMessage()]
+    assert len(said) == 1, [r.getMessage() for r in caplog.records]
