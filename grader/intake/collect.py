@@ -37,8 +37,8 @@ ENCRYPTED = "encrypted entry (refused)"
 NESTED = "nested archive (not opened; extract it and pass it separately)"
 OUTSIDE_GRADESCOPE = "not inside a submission folder of the Gradescope export"
 PLANTED_META = (
-    "Gradescope metadata inside a submission or too deep in the export (ignored: only the export's own"
-    " submission_metadata.yml is read)"
+    "Gradescope metadata inside a submission, too deep in the export, or in a folder beside notebooks that"
+    " are not in an export (ignored: only the export's own submission_metadata.yml is read)"
 )
 _QUIET = (MACOSX, HIDDEN, NOT_NOTEBOOK, ONLINETEXT)  # junk, summarized by count in lines()
 
@@ -644,10 +644,19 @@ def _scan_dir(
                     other_files.append((p, parts))
                 continue
             notebooks.append((p, parts))
+    placed = [(f, p) for f, p in found_metas if _lms_placed(f[1:], [g[1:] for g, _ in found_metas], None)]
+    if any(len(f) > 1 for f, _ in placed) and not all(
+        any(tuple(parts[: len(f)]) == f for f, _ in placed) for _, parts in notebooks
+    ):
+        # a top-level folder's metadata is an export's only where the input is exports and
+        # nothing else: beside other notebooks, that folder may be a student's (a folder per
+        # student), whose metadata would hand their notebooks to any classmate's id
+        placed = [(f, p) for f, p in placed if len(f) == 1]
     for folder, p in found_metas:
         # the folder passed is the export itself or holds it (a TA's downloads folder may hold
-        # several exports): any top-level folder that is not a submission's may hold metadata
-        if not _lms_placed(folder[1:], [f[1:] for f, _ in found_metas], None):
+        # several exports, and nothing else): then any top-level folder that is not a
+        # submission's may hold metadata
+        if (folder, p) not in placed:
             skipped.append((str(p), PLANTED_META))
             continue
         try:

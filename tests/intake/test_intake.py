@@ -685,6 +685,40 @@ def test_metadata_in_a_folder_beside_the_export_is_not_read(tmp_path: Path) -> N
     assert "1002" not in by_student(report)
 
 
+def test_metadata_in_a_students_own_folder_renames_nobody(tmp_path: Path) -> None:
+    """A folder per student (a Moodle download, one clone per student): mallory's folder holds
+    Gradescope metadata that gives her starter to alice's id, dated in the future (the red team's
+    attack, session 24). The folder is hers, not an export: beside other students' notebooks its
+    metadata is ignored, and alice is graded on her own notebook."""
+    meta = (
+        "submission_1:\n  :submitters:\n  - :name: Alice\n    :sid: alice\n"
+        "  :created_at: 2099-01-01 00:00:00.000000000 +00:00\n"
+    )
+    d = tmp_path / "class"
+    for who in ("alice", "carol", "mallory"):
+        (d / who).mkdir(parents=True)
+        (d / who / "vmap_convolve.ipynb").write_bytes(nb(who))
+    (d / "mallory" / "submission_metadata.yml").write_text(meta)
+    (d / "mallory" / "submission_1").mkdir()
+    (d / "mallory" / "submission_1" / "hw.ipynb").write_bytes(nb("planted for alice"))
+    report = collect([d], tmp_path / "s", own_names=["vmap_convolve"])
+    subs = by_student(report)
+    assert marker(subs["alice"].path) == "x = 'alice'" and subs["alice"].ignored == ()
+    assert "lms" not in subs["alice"].identity or subs["alice"].identity["lms"] != "gradescope"
+    assert (str(d / "mallory" / "submission_metadata.yml"), intake.PLANTED_META) in report.skipped
+    assert sorted(subs) == ["alice", "carol", "mallory"] and marker(subs["mallory"].path) == "x = 'mallory'"
+    # the same layout made only of exports (a TA's downloads folder): each export's metadata is read
+    exports = tmp_path / "downloads"
+    for section, sid in (("section_1", "1001"), ("section_2", "1002")):
+        (exports / section / "submission_5").mkdir(parents=True)
+        (exports / section / "submission_5" / "hw.ipynb").write_bytes(nb(sid))
+        (exports / section / "submission_metadata.yml").write_text(
+            f"submission_5:\n  :submitters:\n  - :name: S\n    :sid: '{sid}'\n  :created_at: 2024-01-01 00:00:00 +00:00\n"
+        )
+    subs = by_student(collect([exports], tmp_path / "s2"))
+    assert sorted(subs) == ["1001", "1002"] and marker(subs["1002"].path) == "x = '1002'"
+
+
 def test_metadata_planted_in_a_submission_of_an_export_without_a_top_folder(tmp_path: Path) -> None:
     """Metadata at the zip's top level, submissions beside it: a planted one is one level down."""
     meta = "submission_7:\n  submitters:\n  - name: Ada\n    sid: 1001\n  created_at: 2024-01-01 00:00:00\n"
