@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import secrets
@@ -13,12 +14,20 @@ from pathlib import Path
 from grader.grading.record import Record
 
 _SAFE = re.compile(r"[^A-Za-z0-9._@+-]+")
+MAX_NAME = 150  # characters of a file name made from a student id
 
 
 def safe_name(student: str) -> str:
-    """A file name for a student id (no path separators, no leading dots)."""
+    """A file name for a student id (no path separators, no leading dots), one per id: an id that
+    is a safe name itself is its own name; any other id gets its characters made safe and ``~``
+    and a digest of the id after them (``José García`` -> ``Jos_Garc_a~1c0e…``).  No safe id has a
+    ``~``, so two ids never share a name: ``_alice`` or ``alice!`` cannot write over ``alice``'s
+    record and feedback page (a student picks their file's name, hence the id, in a plain folder)."""
     name = _SAFE.sub("_", student).strip("._") or "student"
-    return name[:150]
+    if name == student and len(name) <= MAX_NAME:
+        return name
+    digest = hashlib.sha256(student.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{name[: MAX_NAME - 17]}~{digest}"
 
 
 class OutputPathError(Exception):

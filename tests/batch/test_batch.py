@@ -327,3 +327,24 @@ def test_a_moved_deadline_regrades_nobody_and_is_applied_to_the_results_kept(cou
         batch.gradebook.update(rec)
         assert batch.plan([newer]) == [] and batch.late_changed == []
         assert current(batch) == [(sha256_file(newer.path), 1.0)]
+
+
+def test_a_submission_named_like_a_classmate_writes_over_nothing(course: Path, tmp_path: Path) -> None:
+    """``_alice.ipynb`` beside ``alice.ipynb``: both made safe read ``alice``. Each keeps its own
+    record file and feedback page, the report is written, and a rerun finishes (the red team's
+    attack, session 24: alice's record and page held ``_alice``'s 0, and every run then stopped
+    with a traceback before the report)."""
+    folder = tmp_path / "class"
+    folder.mkdir()
+    (folder / "alice.ipynb").write_text(notebook("full", salt="alice"))
+    (folder / "_alice.ipynb").write_text(notebook("zero", salt="_alice"))
+    out = tmp_path / "out"
+    for _ in range(2):
+        code, _, err = run("--course", str(course), "grade", "--assignment", "double", "--out", str(out), str(folder))
+        assert code == 0, err
+        assert scores(out) == {"alice": (4.0, "graded"), "_alice": (0.0, "graded")}
+        assert (out / "report.html").is_file()
+        records = {json.loads(p.read_text())["student"]: p.name for p in (out / "results").glob("*.json")}
+        assert sorted(records) == ["_alice", "alice"] and records["alice"] == "alice.json"
+        pages = {p.name: p.read_text() for p in (out / "feedback").glob("*.html")}
+        assert len(pages) == 2 and 'id="student-id">alice<' in pages["alice.html"]
