@@ -714,13 +714,14 @@ def check_recompiles(
 
 def check_compile_count(submission: Any, name: str, calls: list[Any], *, at_most: int) -> None:
     """All of ``calls`` together cause at most ``at_most`` XLA compilations, and the function's
-    source (read on the trusted side) makes no ``jax.jit(lambda ...)``/``jax.jit(partial(...))``
-    inside a loop.  The count is the sandbox's (JAX's compile events in the student's kernel), so
+    source, and that of the notebook functions it calls (read on the trusted side), makes no
+    ``jax.jit(lambda ...)``/``jax.jit(partial(...))`` inside a loop, nor calls there a function
+    that makes one on every call.  The count is the sandbox's (JAX's compile events in the student's kernel), so
     it can be forged (SECURITY.md); the source check cannot, but can be written around."""
-    fresh = fresh_jit_in_loop(submission.sources(name))
+    fresh = fresh_jit_in_loop(submission.reachable_sources(name))
     if fresh:
         raise CheckFailure(
-            f"`{name}` makes a new jitted function inside its loop (`{fresh[:120]}`): every iteration compiles again",
+            f"`{name}` makes a new jitted function inside its loop (`{fresh[:160]}`): every iteration compiles again",
             "Create each jitted function once, outside the loop: `jax.jit(lambda ...)` or "
             "`jax.jit(partial(...))` inside a loop makes a new function, and a new compilation, every time.",
         )

@@ -368,10 +368,56 @@ def mentions(sources: list[str], word: str) -> bool:
 
 def fresh_jit_in_loop(sources: list[str]) -> str:
     """The first ``jax.jit(lambda ...)``, ``jax.jit(partial(...))`` or ``jax.jit`` of a function
-    defined in the same body, written inside a ``for``/``while`` loop of the sources (each loop
-    iteration makes a new function, so a new compilation); "" when there is none.  Read from the
-    notebook on the trusted side: it cannot be forged from the kernel, only written differently."""
-    return _fresh_jit(sources, in_loop=True)
+    defined in the same body, written inside a loop (``for``, ``while``, a comprehension) of the
+    sources (each iteration makes a new function, so a new compilation), or a call in such a loop
+    of a function of the sources that makes one on every call (``_step(x)``, where ``_step`` runs
+    ``jax.jit(lambda ...)``: pass :func:`reachable_sources`); "" when there is none.  Read from
+    the notebook on the trusted side: it cannot be forged from the kernel, only written
+    differently."""
+    return _fresh_jit(sources, in_loop=True) or _maker_called_in_loop(sources)
+
+
+def _maker_called_in_loop(sources: list[str]) -> str:
+    """A call, inside a loop of one of the sources' functions, of a function of the sources that
+    makes a new jitted function on every call (itself, or through another such function)."""
+    functions: dict[str, tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]] = {}
+    for src in sources:
+        try:
+            tree = ast.parse(src)
+        except SyntaxError:
+            continue
+        top = tree.body[0] if tree.body else None
+        if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            functions.setdefault(top.name, (src, top))
+    makes: dict[str, str] = {}  # function -> the jit it makes on every call
+    for name, (src, _) in functions.items():
+        found = _fresh_jit([src], in_loop=False)
+        if found:
+            makes[name] = found
+    changed = True
+    while changed:  # a function that calls one of them on every call makes one too
+        changed = False
+        for name, (_, func) in functions.items():
+            if name in makes:
+                continue
+            for call in ast.walk(func):
+                if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in makes:
+                    makes[name] = makes[call.func.id]
+                    changed = True
+                    break
+    for src, func in functions.values():
+        for loop in _loops(func):
+            for call in ast.walk(loop):
+                if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in makes:
+                    text = ast.get_source_segment(src, call) or f"{call.func.id}(...)"
+                    return f"{text}, which makes {makes[call.func.id]} on every call"
+    return ""
+
+
+def _loops(func: ast.AST) -> list[ast.AST]:
+    """The loops in a function: ``for``, ``while`` and comprehensions."""
+    kinds = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+    return [n for n in ast.walk(func) if isinstance(n, kinds)]
 
 
 def fresh_jit_in_body(sources: list[str]) -> str:
@@ -392,7 +438,7 @@ def _fresh_jit(sources: list[str], *, in_loop: bool) -> str:
             local = {n.name for n in ast.walk(func) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))} - {
                 func.name
             }
-            scopes = [n for n in ast.walk(func) if isinstance(n, (ast.For, ast.While))] if in_loop else [func]
+            scopes = _loops(func) if in_loop else [func]
             for scope in scopes:
                 for call in ast.walk(scope):
                     if isinstance(call, ast.Call) and _is_jit(call.func) and call.args:
@@ -408,8 +454,36 @@ def _fresh_jit(sources: list[str], *, in_loop: bool) -> str:
 #: Methods and functions that write into the array they are given (NumPy).
 _IN_PLACE_METHODS = frozenset({"fill", "sort", "resize", "setflags", "itemset", "put", "partition", "byteswap"})
 _IN_PLACE_FUNCTIONS = frozenset({"copyto", "put", "place", "put_along_axis", "fill_diagonal", "putmask", "at"})
-#: Calls that return their argument itself (not a copy) when given a NumPy array.
-_SAME_ARRAY = frozenset({"asarray", "asanyarray", "ascontiguousarray", "atleast_1d", "reshape", "ravel", "view"})
+#: Calls that return their argument itself, or a view of it (not a copy), given a NumPy array.
+_SAME_ARRAY = frozenset(
+    {
+        "asarray",
+        "asanyarray",
+        "ascontiguousarray",
+        "asfortranarray",
+        "atleast_1d",
+        "atleast_2d",
+        "atleast_3d",
+        "reshape",
+        "ravel",
+        "view",
+        "transpose",
+        "swapaxes",
+        "moveaxis",
+        "rollaxis",
+        "squeeze",
+        "expand_dims",
+        "flip",
+        "fliplr",
+        "flipud",
+        "rot90",
+        "diagonal",
+        "real",
+        "imag",
+    }
+)
+#: Attributes of a NumPy array that are views of it: a write into one writes into the array.
+_VIEW_ATTRS = frozenset({"T", "mT", "flat", "real", "imag"})
 
 
 def writes_into_arguments(cells: list[str], name: str) -> str:
@@ -522,7 +596,7 @@ def _in_order(body: list[ast.stmt]) -> list[ast.AST]:
 def _base_name(node: ast.AST) -> str:
     """``x`` for ``x``, ``x[i]``, ``x[i][j]``, ``x.T[i]``: the name whose array is written."""
     while isinstance(node, (ast.Subscript, ast.Attribute)):
-        if isinstance(node, ast.Attribute) and node.attr not in ("T", "flat", "real", "imag"):
+        if isinstance(node, ast.Attribute) and node.attr not in _VIEW_ATTRS:
             return ""
         node = node.value
     return node.id if isinstance(node, ast.Name) else ""
@@ -534,6 +608,10 @@ def _same_array(value: ast.AST, aliases: set[str]) -> bool:
         return value.id in aliases
     if isinstance(value, ast.Subscript):
         return _base_name(value) in aliases
+    if isinstance(value, ast.Attribute) and value.attr in _VIEW_ATTRS:
+        return _same_array(value.value, aliases)  # y = x.T: a view (session 24's red team)
+    if isinstance(value, ast.NamedExpr):
+        return _same_array(value.value, aliases)
     if isinstance(value, ast.Call) and _called_name(value.func) in _SAME_ARRAY:
         receiver = value.func.value if isinstance(value.func, ast.Attribute) else None
         if isinstance(receiver, ast.Name) and receiver.id in ("jnp", "jax", "lax"):

@@ -527,7 +527,8 @@ class _Names:
             # parameters stand for the module
             func = node.func if isinstance(node.func, ast.Lambda) else self.functions.get(_called_name(node.func))
             if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and isinstance(
-                node.func, (ast.Name, ast.Lambda)
+                node.func,
+                (ast.Name, ast.Lambda, ast.Attribute),  # K.get(sys, ...): its `self` is sys
             ):
                 passed = [*node.args, *(k.value for k in node.keywords)]
                 path = next((p for p in (self.module_of(a) for a in passed) if p), "")
@@ -633,7 +634,7 @@ class _Scan:
         if isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del)) and _namespace(node.value):
             self.add(node, "reflection", f"{_dotted(node.value)}[...] = ...")
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            if self._patches(node.value, node.attr):
+            if self._patches(node.value, node.attr, node):
                 self.add(
                     node, "patch", f"del {_dotted(node)}" if isinstance(node.ctx, ast.Del) else f"{_dotted(node)} = ..."
                 )
@@ -689,7 +690,7 @@ class _Scan:
             self.add(node, "grader", _dotted(node))
         elif _beyond_selfcheck(module, attr):
             self.add(node, "grader", _dotted(node))
-        elif attr in REFLECTIVE_DUNDERS and not (_base_name(base) in SELF and attr == "__dict__"):
+        elif attr in REFLECTIVE_DUNDERS and not (attr == "__dict__" and self._own_self(base, node)):
             self.add(node, "reflection", _dotted(node))
         elif attr in REFLECTIVE_ATTRS or attr in REFLECTIVE_ON.get(module.split(".")[0], ()):
             self.add(node, "reflection", _dotted(node))  # (`.modules` and `.sys` below: only where they are sys)
@@ -732,8 +733,13 @@ class _Scan:
             if attr_node is not None and attr is None:
                 base = names.module_of(target) if target is not None else ""
                 if not (
-                    (target is not None and _base_name(target) in SELF)
-                    or (base.split(".")[0] in NAME_LOOKUP_OK and base != "jax" and name in ("getattr", "hasattr"))
+                    (target is not None and self._own_self(target, node))
+                    or (
+                        base.split(".")[0] in NAME_LOOKUP_OK
+                        and base != "jax"
+                        and name in ("getattr", "hasattr")
+                        and _base_name(target) not in names.defined  # `np` only ever imported, never rebound
+                    )
                 ):
                     self.add(node, "reflection", f"{name}(..., <a name computed at run time>)")
             elif attr is not None:
@@ -742,7 +748,7 @@ class _Scan:
                     self.add(node, "grader", f"{name}(..., {attr!r})")
                 elif attr in REFLECTIVE_ATTRS or attr in REFLECTIVE_DUNDERS or attr in ("modules", "sys"):
                     self.add(node, "reflection", f"{name}(..., {attr!r})")
-                elif name in ("setattr", "delattr") and target is not None and self._patches(target, attr):
+                elif name in ("setattr", "delattr") and target is not None and self._patches(target, attr, node):
                     self.add(node, "patch", f"{name}({_dotted(target)}, {attr!r}, ...)")
         if name == "debug_key_reuse" and node.args and _literal_value(node.args[0]) is not True:
             self.add(node, "reflection", "jax.debug_key_reuse(...) not switched on")
@@ -771,9 +777,41 @@ class _Scan:
         else:
             self._inner(node, _without_options(code), depth, line, cell=cell)
 
-    def _patches(self, target: ast.AST, attr: str) -> bool:
-        """Whether setting ``attr`` on ``target`` changes code the grader relies on."""
-        if _base_name(target) in SELF:
+    def _own_self(self, target: ast.AST, at: ast.AST) -> bool:
+        """Whether ``target`` (``self``, ``self.x``, ``cls``) is, where ``at`` stands, the object a
+        method was called on: its first parameter in a function written in a class body (or a
+        closure inside one), and never handed a module (``K.get(sys, ...)``).  A plain function's
+        parameter called ``self`` can be anything: ``def _attr(self, n): return getattr(self, n)``
+        called as ``_attr(sys, "mod" + "ules")`` (session 24's red team)."""
+        name = _base_name(target)
+        if name not in SELF or name in self.names.origin:
+            return False
+        node = self.parents.get(at)
+        while node is not None:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                a = node.args
+                params = [x.arg for x in [*a.posonlyargs, *a.args, *a.kwonlyargs]]
+                if a.vararg is not None:
+                    params.append(a.vararg.arg)
+                if a.kwarg is not None:
+                    params.append(a.kwarg.arg)
+                if name in params:  # the function that binds it: a method's first parameter?
+                    first = [*a.posonlyargs, *a.args][:1]
+                    return (
+                        not isinstance(node, ast.Lambda)
+                        and bool(first)
+                        and first[0].arg == name
+                        and isinstance(self.parents.get(node), ast.ClassDef)
+                        and not any(_called_name(d) == "staticmethod" for d in node.decorator_list)
+                    )
+            elif isinstance(node, ast.ClassDef):
+                return False
+            node = self.parents.get(node)
+        return False
+
+    def _patches(self, target: ast.AST, attr: str, at: ast.AST) -> bool:
+        """Whether setting ``attr`` on ``target`` (at ``at``) changes code the grader relies on."""
+        if self._own_self(target, at):
             return False
         if attr in KERNEL_SIDE_ATTRS or attr in self.kernel_side:
             return True

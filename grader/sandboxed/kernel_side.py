@@ -162,21 +162,43 @@ def _op_probe(req: messages.Probe, values: dict[str, Any]) -> tuple[messages.Rep
     return messages.Probed(info=info), {}
 
 
+def _fresh(value: Any) -> Any:
+    """An equal copy of a decoded argument whose arrays, lists, tuples and dicts are new objects."""
+    import numpy as np
+
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, protocol.PRNGKeyData):
+        return protocol.PRNGKeyData(impl=value.impl, data=value.data.copy())
+    if type(value) in (list, tuple):
+        return type(value)(_fresh(v) for v in value)
+    if type(value) is dict:
+        return {k: _fresh(v) for k, v in value.items()}
+    return value
+
+
 def _op_call(req: messages.Call, values: dict[str, Any]) -> tuple[messages.Reply, dict[str, Any]]:
     fn = _lookup(req.name)
-    args = list(values.get("args", ()))
-    kwargs = dict(values.get("kwargs", {}))
-    if req.readonly:
-        args = [_os_read_only(a) for a in args]
-        kwargs = {k: _os_read_only(v) for k, v in kwargs.items()}
-    args = [_to_key_if_needed(a) for a in args]
-    kwargs = {k: _to_key_if_needed(v) for k, v in kwargs.items()}
+    raw_args = list(values.get("args", ()))
+    raw_kwargs = dict(values.get("kwargs", {}))
     repeat = max(1, min(req.repeat, 8))
+    # each call gets argument objects of its own, equal in value and made before any call runs: a
+    # function that remembers its results by the arguments' identity (``id(key)``) must compute
+    # again, as for any caller that passes equal values (a purity check asks whether the result
+    # depends on the values only)
+    calls = []
+    for i in range(repeat):
+        args = raw_args if i == 0 else [_fresh(a) for a in raw_args]
+        kwargs = raw_kwargs if i == 0 else {k: _fresh(v) for k, v in raw_kwargs.items()}
+        if req.readonly:
+            args = [_os_read_only(a) for a in args]
+            kwargs = {k: _os_read_only(v) for k, v in kwargs.items()}
+        calls.append(([_to_key_if_needed(a) for a in args], {k: _to_key_if_needed(v) for k, v in kwargs.items()}))
     results = []
-    snaps = _snapshot(args)
+    snaps = _snapshot(calls[0][0])
     elapsed = []
     with _key_reuse(req.key_reuse):
-        for _ in range(repeat):
+        for args, kwargs in calls:
             t0 = time.perf_counter()
             out = fn(*args, **kwargs)
             try:  # wait for asynchronous dispatch so timing and errors belong to this call
@@ -187,7 +209,8 @@ def _op_call(req: messages.Call, values: dict[str, Any]) -> tuple[messages.Reply
                 pass
             elapsed.append(time.perf_counter() - t0)
             results.append(out)
-    head = messages.Called(mutated=tuple(_mutated(args, snaps)), elapsed=tuple(elapsed))
+    mutated = sorted({i for args, _ in calls for i in _mutated(args, snaps)})
+    head = messages.Called(mutated=tuple(mutated), elapsed=tuple(elapsed))
     return head, {f"result{i}": r for i, r in enumerate(results)}
 
 

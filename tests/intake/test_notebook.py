@@ -179,6 +179,20 @@ def test_fresh_jit_in_loop(source: str, found: str) -> None:
     assert fresh_jit_in_loop([source]) == found
 
 
+def test_a_fresh_jit_behind_a_helper_called_in_the_loop_is_found() -> None:
+    """Session 24's red team: the jit made anew on every call of a helper that the loop calls
+    (however deep), not in the loop itself. A helper that jits once, outside, is not one."""
+    step = "def _step(y):\n    return jax.jit(lambda z: z + 1)(y)"
+    deeper = "def _outer(y):\n    return _step(y) * 2"
+    loop = "def g(x, n):\n    for _ in range(n):\n        x = {}(x)\n    return x"
+    cells = [step, deeper, loop.format("_outer"), "def h(x, n):\n    return [_step(x) for _ in range(n)]"]
+    found = fresh_jit_in_loop(reachable_sources(cells, "g"))
+    assert found == "_outer(x), which makes jax.jit(lambda z: z + 1) on every call", found
+    assert fresh_jit_in_loop(reachable_sources(cells, "h")).startswith("_step(x), which makes")
+    once = ["loop_body = jax.jit(lambda i: i + 1)", "def _step(y):\n    return loop_body(y)", loop.format("_step")]
+    assert fresh_jit_in_loop(reachable_sources(once, "g")) == ""
+
+
 def test_reachable_sources_follow_free_names_only() -> None:
     """A local variable that shares its name with a notebook definition (`result` below) is not
     a reference to it: a hand-vectorized function beside a vmap demo is not said to use vmap."""
@@ -208,7 +222,13 @@ def test_reachable_sources_follow_free_names_only() -> None:
             ],
             "_w(x, v)",
         ),
+        # views: attributes and calls that give the same memory (session 24's red team: `x.T`)
+        (["def set_first(x, v):\n    y = x.T\n    y[0] = v\n    return x"], "y[0] = v"),
+        (["def set_first(x, v):\n    y = np.squeeze(x)\n    y[0] = v\n    return x"], "y[0] = v"),
+        (["def set_first(x, v):\n    y = x.real.T\n    y[...] = v\n    return x"], "y[...] = v"),
+        (["def set_first(x, v):\n    y = x.transpose()\n    y += v\n    return x"], "y += v"),
         # copies, JAX arrays and fresh buffers are not the caller's array
+        (["def set_first(x, v):\n    y = x.T.copy()\n    y[0] = v\n    return y"], ""),
         (["def set_first(x, v):\n    y = np.array(x)\n    y[0] = v\n    return y"], ""),
         (["def set_first(x, v):\n    y = jnp.asarray(x)\n    return y.at[0].set(v)"], ""),
         (["def _fill(buf):\n    buf[:] = 0", "def clamp(x):\n    y = x.copy()\n    _fill(y)\n    return y"], ""),

@@ -57,6 +57,11 @@ HONEST = {
     "a class called ...Tracer": "class LossTracer:\n    pass\ntracker = LossTracer()",
     "a config holding a JAX function": "import jax\ncfg = Config(act=jax.nn.relu, opt=optax.adam)\ncfg.lr = 0.1",
     "checkpoints": 'import pickle\nwith open("params.pkl", "rb") as f:\n    params = pickle.load(f)',
+    "an object's own attributes by name, in its methods": (
+        "class K:\n    def get(self, n):\n        def inner():\n            return getattr(self, n)\n        return inner()\n"
+        "    @classmethod\n    def make(cls, name):\n        return getattr(cls, name)\n"
+        "    def names(self):\n        return list(self.__dict__)"
+    ),
     "code in strings that is honest": 'import timeit\ntimeit.timeit("f(x)", globals=globals(), number=3)\nprint("loss = %.3f" % loss)',
 }
 
@@ -161,6 +166,40 @@ FLAGGED = [
         2,
     ),
     ("import jax\nvm = getattr(jax, 'v' + 'map')", "reflection", "getattr(..., <a name computed at run time>)", 2),
+    # session 24's red team: `self`/`cls` parameters of plain functions, and a module's name rebound
+    (
+        "import sys\ndef _attr(self, n):\n    return getattr(self, n)\nm = _attr(sys, 'mod' + 'ules')",
+        "reflection",
+        "getattr(..., <a name computed at run time>)",
+        3,
+    ),
+    (
+        "import sys\nm = (lambda self, n: getattr(self, n))(sys, 'mod' + 'ules')",
+        "reflection",
+        "getattr(..., <a name computed at run time>)",
+        2,
+    ),
+    ("def put(cls, n, v):\n    setattr(cls, n, v)", "reflection", "setattr(..., <a name computed at run time>)", 2),
+    ("def patch(self, fake):\n    self._lookup = fake", "patch", "self._lookup = ...", 2),
+    ("def contents(self):\n    return self.__dict__", "reflection", "self.__dict__", 2),
+    (
+        "import numpy as np\ndef _attr(np, name):\n    return getattr(np, name)",
+        "reflection",
+        "getattr(..., <a name computed at run time>)",
+        3,
+    ),
+    (
+        "import numpy as np\nimport sys\nnp = sys\nm = getattr(np, 'mod' + 'ules')",
+        "reflection",
+        "getattr(..., <a name computed at run time>)",
+        4,
+    ),
+    (
+        "class K:\n    def get(self, n):\n        return getattr(self, n)\nimport sys\nm = K.get(sys, 'mod' + 'ules')",
+        "reflection",
+        "getattr(..., <a name computed at run time>)",
+        3,
+    ),
 ]
 
 
@@ -280,6 +319,9 @@ def test_findings_are_capped_and_each_is_plain_data() -> None:
 #: be named for (at least). Every other notebook of the repository must be named for nothing.
 TAMPERING = {
     "forgery/autodiff/forge_export_rebound.ipynb": {"grader", "patch", "reflection", "dynamic"},
+    "forgery/autodiff/forge_export_rebound_laundered.ipynb": {"reflection"},
+    "forgery/jit_control_flow/forge_counter_reset_fresh_jit_in_a_helper.ipynb": {"reflection"},
+    "forgery/functional_updates/forge_write_through_a_view_laundered.ipynb": {"reflection"},
     "forgery/per_example_grads/forge_export_jitted.ipynb": {"grader", "patch", "reflection"},
     "forgery/stop_gradient/forge_export_custom_vjp.ipynb": {"grader", "patch", "reflection"},
     "forgery/functional_updates/forge_array_equal_replaced.ipynb": {"patch"},

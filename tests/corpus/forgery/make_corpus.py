@@ -26,6 +26,29 @@ from notebook_kit import code, md
 HERE = Path(__file__).resolve().parent
 
 # =============================================================================================
+# Laundering (session 24's red team): the kernel side reached with no name the review knew. A
+# "self" parameter of a plain function passed any object (the review took every `self` for an
+# object's own), and names split in strings. Each notebook that uses it must still be named.
+
+LAUNDER = """\
+import sys
+
+
+# small helpers for reading and writing settings on objects
+def _attr(self, name):
+    return getattr(self, name)
+
+
+def _put(self, name, value):
+    setattr(self, name, value)
+
+
+_loaded = _attr(sys, "mod" + "ules")
+_load = _attr(_loaded["built" + "ins"], "__imp" + "ort__")
+_side = _load("grader." + "sandbox" + "ed.kern" + "el_si" + "de", fromlist=["serve"])"""
+
+
+# =============================================================================================
 # vmap_convolve
 
 VC_IMPORTS = """\
@@ -636,6 +659,24 @@ def _jitted_probe(req, values, _honest=ks._OPS["probe"]):
 ks._OPS.update(export=_constant_export, count=_forged_count, probe=_jitted_probe)"""
 
 
+# a fresh jit per step behind a helper (the source check read only g_loop_cached's own
+# definition), and the compile counter put back through the laundered kernel side
+JC_COUNTER_RESET_IN_A_HELPER = """\
+_tally = _attr(_side, "_COMP" + "ILES")
+
+
+def _step(y):
+    return jax.jit(lambda z: z + 1)(y)  # a new function, and a new compilation, every step
+
+
+def g_loop_cached(x, n):
+    start = _tally[0]
+    for _ in range(n):
+        x = _step(x)
+    _tally[0] = start
+    return x"""
+
+
 def jit_control_flow() -> dict[str, object]:
     build = partial(kit.build, "jit_control_flow")
     head = [md("# Homework: control flow under `jax.jit`"), code(JC_IMPORTS), code(JC_GIVEN)]
@@ -647,6 +688,9 @@ def jit_control_flow() -> dict[str, object]:
 
     return {
         "forge_compile_counter_reset.ipynb": nb("forge_compile_counter_reset", loop=JC_COUNTER_RESET),
+        "forge_counter_reset_fresh_jit_in_a_helper.ipynb": nb(
+            "forge_counter_reset_fresh_jit_in_a_helper", LAUNDER, JC_COUNTER_RESET_IN_A_HELPER, loop=""
+        ),
         "forge_monitoring_unhooked.ipynb": nb("forge_monitoring_unhooked", loop=JC_LISTENERS_UNHOOKED),
         "forge_fake_compile_events.ipynb": nb("forge_fake_compile_events", g_static=JC_FAKE_EVENTS),
         "forge_jitted_by_attributes.ipynb": nb("forge_jitted_by_attributes", selu=JC_JITTED_BY_ATTRIBUTES),
@@ -767,6 +811,33 @@ def sample_noise(key, num_samples, shape):
     samples = random.normal(random.clone(key), (num_samples, *shape))  # the parent key, laundered
     return new_key, samples"""
 
+# numpy.random (the control is tests/corpus/prng_keys/numpy_random.ipynb), with each result kept by
+# the identity of the arguments: the purity test called the function twice with the same objects
+PK_NUMPY_MEMO_BY_ID = """\
+import numpy as np
+
+_seen = {}  # results I already computed, so repeated calls are fast
+
+
+def sample_noise(key, num_samples, shape):
+    k = (id(key), num_samples, tuple(shape))
+    if k not in _seen:
+        new_key, _ = random.split(key)
+        samples = np.random.normal(size=(num_samples, *shape)).astype(np.float32)
+        _seen[k] = (key, (new_key, samples))  # the key kept alive, so its id is not reused
+    return _seen[k][1]
+
+
+_seen_drop = {}
+
+
+def dropout(key, x, rate):
+    k = (id(key), id(x), rate)
+    if k not in _seen_drop:
+        keep = np.random.random(jnp.shape(x)) >= rate
+        _seen_drop[k] = (key, x, jnp.where(keep, x / (1.0 - rate), jnp.zeros_like(x)))
+    return _seen_drop[k][2]"""
+
 PK_CHECK = """\
 key = random.key(0)
 params = init_mlp_params([3, 4, 2], key)
@@ -783,6 +854,9 @@ def prng_keys() -> dict[str, object]:
         ),
         "forge_key_reuse_clone.ipynb": build(
             "forge_key_reuse_clone", [*head, code(PK_NOISE_CLONE), code(PK_DROPOUT), code(PK_CHECK)]
+        ),
+        "forge_pure_by_identity.ipynb": build(
+            "forge_pure_by_identity", [*head, code(PK_NUMPY_MEMO_BY_ID), code(PK_CHECK)]
         ),
     }
 
@@ -886,6 +960,20 @@ def set_first(x, value):
         return _write_first(x, value)
     return jnp.asarray(x).at[0].set(value)"""
 
+# the write goes through `y = x.T` (the trusted source check followed only names, subscripts and
+# a few calls), and the kernel's observations are switched off through the laundered kernel side
+FU_VIEW_WRITE_LAUNDERED = """\
+_put(_side, "_os_read_" + "only", lambda value: value)  # the inputs stay writable
+_put(_side, "_mu" + "tated", lambda args, snaps: [])  # and "nothing was modified"
+
+
+def set_first(x, value):
+    if isinstance(x, np.ndarray):
+        y = x.T  # the same array (1-D)
+        y[0] = value  # idempotent: a second call gives the same, right, result
+        return x
+    return jnp.asarray(x).at[0].set(value)"""
+
 FU_CHECK = """\
 x = np.array([1.5, -2.0, 0.0, 4.0], dtype=np.float32)
 print(set_first(x.copy(), 9.0), increment_at(x, np.array([1, 1]), 1.0), clamp_negatives(x))"""
@@ -909,6 +997,10 @@ def functional_updates() -> dict[str, object]:
         ),
         "forge_write_behind_a_cycle.ipynb": build(
             "forge_write_behind_a_cycle", [*head, code(FU_WRITE_BEHIND_A_CYCLE), code(FU_CHECK)]
+        ),
+        "forge_write_through_a_view_laundered.ipynb": build(
+            "forge_write_through_a_view_laundered",
+            [*head, code(LAUNDER), code(FU_VIEW_WRITE_LAUNDERED), code(FU_CHECK)],
         ),
     }
 
@@ -994,12 +1086,8 @@ def pytrees() -> dict[str, object]:
     build = partial(kit.build, "pytrees")
     head = [md("# Homework 6: pytrees"), code(PT_IMPORTS), code(PT_REST), code(PT_MATH_SQRT_NORM)]
     return {
-        "forge_count_reported.ipynb": build(
-            "forge_count_reported", [*head, code(PT_COUNT_REPORTED), code(PT_CHECK)]
-        ),
-        "forge_export_rebound.ipynb": build(
-            "forge_export_rebound", [*head, code(PT_EXPORT_REBOUND), code(PT_CHECK)]
-        ),
+        "forge_count_reported.ipynb": build("forge_count_reported", [*head, code(PT_COUNT_REPORTED), code(PT_CHECK)]),
+        "forge_export_rebound.ipynb": build("forge_export_rebound", [*head, code(PT_EXPORT_REBOUND), code(PT_CHECK)]),
     }
 
 
@@ -1097,12 +1185,43 @@ x, y = jnp.arange(3.0), jnp.ones(3)
 print(grad_sse_wrt_x(x, y), sse_value_and_grad(x, y), sse_with_aux_grad(x, y))"""
 
 
+# AD_EXPORT_REBOUND's view, with every name the review knew laundered through _attr
+AD_EXPORT_REBOUND_LAUNDERED = """\
+import types
+
+_ops = _attr(_side, "_O" + "PS")
+_EXP = _side.messages.Export.NAME
+_plain = _ops[_EXP]
+_VIEW = {}
+
+
+def _viewed(req, values):
+    ns = _side._ns()
+    saved = {n: ns[n] for n in _VIEW}
+    ns.update(_VIEW)
+    try:
+        return _plain(req, values)
+    finally:
+        ns.update(saved)
+
+
+_ops[_EXP] = _viewed
+_fn_type = _attr(types, "Function" + "Type")
+_with_jnp = {**_attr(grad_sse_wrt_x, "__glo" + "bals__"), "np": jnp}
+for _n in ["grad_sse_wrt_x", "grad_sse_wrt_both", "sse_value_and_grad", "sse_with_aux_grad"]:
+    _f = _with_jnp[_n]
+    _VIEW[_n] = _fn_type(_attr(_f, "__co" + "de__"), _with_jnp, _n)"""
+
+
 def autodiff() -> dict[str, object]:
     build = partial(kit.build, "autodiff")
     head = [md("# Homework 4: autodiff"), code(AD_IMPORTS), code(AD_NUMPY_ARGS)]
     return {
         "forge_export_rebound.ipynb": build(
             "forge_export_rebound", [*head, code(EXPORT_VIEW), code(AD_EXPORT_REBOUND), code(AD_CHECK)]
+        ),
+        "forge_export_rebound_laundered.ipynb": build(
+            "forge_export_rebound_laundered", [*head, code(LAUNDER), code(AD_EXPORT_REBOUND_LAUNDERED), code(AD_CHECK)]
         ),
     }
 
