@@ -56,7 +56,7 @@ from grader.host.sandbox import (
     resource_warning,
 )
 from grader.intake.collect import Incoming, IntakeError, IntakeReport, collect
-from grader.intake.notebook import MAX_NOTEBOOK_BYTES, NotebookError, load_notebook, named_assignment
+from grader.intake.notebook import MAX_NOTEBOOK_BYTES, NotebookError, assignment_named_in, load_notebook
 from grader.publish import canvas, exports
 from grader.publish.output import terminal_safe, write_atomic
 
@@ -517,8 +517,8 @@ def _named_as_asked(assignment: Assignment, submissions: list[Incoming], err: Te
         try:
             if sub.path.stat().st_size > MAX_NOTEBOOK_BYTES:
                 continue
-            named = named_assignment(json.loads(sub.path.read_bytes()))
-        except (OSError, ValueError, RecursionError, MemoryError):  # a student's file
+            named = assignment_named_in(sub.path.read_bytes())
+        except (OSError, MemoryError):  # a student's file
             continue
         if named is not None:
             names[named] += 1

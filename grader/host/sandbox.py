@@ -367,10 +367,10 @@ class SandboxProcess:
             (self.scratch / ".jaxgrade" / sub).mkdir(parents=True, exist_ok=True)
         if _runs_as_root() and self.isolation == "bwrap":  # the sandbox runs as its own uid
             self.uid = self._uid_lease.acquire()
-            for dirpath, _, filenames in os.walk(self.scratch):
-                os.chown(dirpath, self.uid, self.uid)
-                for f in filenames:
-                    os.chown(os.path.join(dirpath, f), self.uid, self.uid)
+            for dirpath, _, filenames in os.walk(self.scratch):  # (os.walk does not enter linked folders)
+                os.chown(dirpath, self.uid, self.uid, follow_symlinks=False)
+                for f in filenames:  # a link a sandbox left is chowned itself, never what it names
+                    os.chown(os.path.join(dirpath, f), self.uid, self.uid, follow_symlinks=False)
         inner_scratch = SANDBOX_ROOT if self.isolation == "bwrap" else str(self.scratch)
         env = sandbox_env(self.isolation, str(self.scratch), self.extra_env)
         if self.xla_cache is not None:

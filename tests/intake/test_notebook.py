@@ -468,3 +468,14 @@ def test_a_notebook_of_millions_of_json_objects_is_refused_before_it_is_built(tm
         load_notebook(_write(tmp_path / "wide.ipynb", data))
     cell["metadata"] = {"x": [{}] * (nbmod.MAX_JSON_OBJECTS - 10)}  # the notebook and the cell are two more
     assert len(load_notebook(_write(tmp_path / "fine.ipynb", data)).node.cells) == 1
+
+
+def test_the_assignment_a_files_metadata_names_is_read_with_the_object_cap() -> None:
+    """The coordinator reads the first submissions' metadata before grading (the red team, session
+    24: a 63 MiB file of ``{}`` took it to 1.7 GB): past MAX_JSON_OBJECTS, no name, at once."""
+    from grader.intake.notebook import MAX_JSON_OBJECTS, assignment_named_in
+
+    named = b'{"cells": [], "metadata": {"jaxgrade": {"assignment": "autodiff"}}}'
+    assert assignment_named_in(named) == "autodiff"
+    assert assignment_named_in(b"[" + b"{}," * (MAX_JSON_OBJECTS + 1) + b"{}]") is None
+    assert assignment_named_in(b"not json") is None and assignment_named_in(b"[[[]]]") is None
