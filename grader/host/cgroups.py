@@ -19,6 +19,7 @@ import contextlib
 import errno
 import logging
 import os
+import re
 import signal
 import time
 import uuid
@@ -229,12 +230,14 @@ def owner_gone(tag: str) -> bool:
     before it) is gone, so that what it made may be swept.  False where that cannot be told: a
     maker in another PID namespace, a name that is not ours, a /proc that will not say."""
     parts = tag.split(".")
-    if not all(p.isdigit() for p in parts):
+    if not all(re.fullmatch(r"[0-9]{1,12}", p) for p in parts):
         return False
     if len(parts) == 1:  # an older grader's name: the pid alone
         return not _pid_alive(int(parts[0]))
     if len(parts) != 3 or parts[2] != (_pid_namespace() or "0"):
         return False
+    if parts[1] == "0":  # its maker could not read its own start time: the pid alone
+        return not _pid_alive(int(parts[0]))
     start = _start_time(int(parts[0]))
     return start is not None and start != parts[1]  # gone, or its pid is another process's now
 
@@ -426,8 +429,13 @@ def _kill_members(pids: set[int], members: Callable[[], set[int]]) -> None:
         now = members()
         for pid, fd in fds.items():
             if pid in now:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
+                try:
                     signal.pidfd_send_signal(fd, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                except OSError:  # refused (a seccomp profile, EPERM): a plain kill of this member
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)
     finally:
         for fd in fds.values():
             os.close(fd)

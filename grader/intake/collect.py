@@ -645,13 +645,19 @@ def _scan_dir(
                 continue
             notebooks.append((p, parts))
     placed = [(f, p) for f, p in found_metas if _lms_placed(f[1:], [g[1:] for g, _ in found_metas], None)]
-    if any(len(f) > 1 for f, _ in placed) and not all(
-        any(tuple(parts[: len(f)]) == f for f, _ in placed) for _, parts in notebooks
-    ):
+    nested = [p for f, p in placed if len(f) > 1]
+    outside = [p for p, parts in notebooks if not any(tuple(parts[: len(f)]) == f for f, _ in placed)]
+    if nested and outside:
         # a top-level folder's metadata is an export's only where the input is exports and
         # nothing else: beside other notebooks, that folder may be a student's (a folder per
-        # student), whose metadata would hand their notebooks to any classmate's id
-        placed = [(f, p) for f, p in placed if len(f) == 1]
+        # student), whose metadata would hand their notebooks to any classmate's id; dropping it
+        # would grade a real export as one student: neither is guessed
+        raise IntakeError(
+            f"{root}: Gradescope's submission_metadata.yml in {nested[0].parent} beside notebooks that are in "
+            f"no Gradescope export ({outside[0]}{f' and {len(outside) - 1} more' if len(outside) > 1 else ''}). "
+            "Pass the export folder itself; if that file is not Gradescope's (a student's folder holds it), "
+            "remove it."
+        )
     for folder, p in found_metas:
         # the folder passed is the export itself or holds it (a TA's downloads folder may hold
         # several exports, and nothing else): then any top-level folder that is not a

@@ -310,6 +310,10 @@ def _definitions(cells: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
                 targets = [node.target.id]
             if targets:
                 seg = ast.get_source_segment(src, node)
+                decorators = getattr(node, "decorator_list", [])
+                if seg and decorators:  # the segment starts at `def`: its decorators say what it is too
+                    lines = src.splitlines(keepends=True)
+                    seg = "".join(lines[decorators[0].lineno - 1 : node.lineno - 1]) + seg
                 if seg:
                     for target in dict.fromkeys(targets):
                         found.setdefault(target, []).append(seg)
@@ -400,7 +404,11 @@ def _maker_called_in_loop(sources: list[str]) -> str:
         if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)):
             functions.setdefault(top.name, (src, top))
     makes: dict[str, str] = {}  # function -> the jit it makes on every call
-    for name, (src, _) in functions.items():
+    for name, (src, func) in functions.items():
+        if any("cache" in _called_name(d.func if isinstance(d, ast.Call) else d) for d in func.decorator_list):
+            continue  # functools.lru_cache/cache: one jit per argument, not per call
+        if any(isinstance(n, (ast.Global, ast.Nonlocal)) for n in ast.walk(func)):
+            continue  # a jit kept in a global the first time (`if _step is None: _step = jax.jit(...)`)
         found = _fresh_jit([src], in_loop=False)
         if found:
             makes[name] = found

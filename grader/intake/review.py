@@ -396,6 +396,7 @@ class _Names:
         self.ipython: set[str] = set()  # ``ip`` of ``ip = get_ipython()``
         self.defined: set[str] = set()  # names the notebook binds itself (``def eval``)
         self.functions: dict[str, ast.AST] = {}  # the notebook's functions, for their parameters
+        self.classes: set[str] = set()  # the notebook's classes (a method called through one)
 
     @classmethod
     def of(cls, sources: list[str], clock: _Clock | None = None) -> _Names:
@@ -423,6 +424,7 @@ class _Names:
                 names.functions[node.name] = node
             elif isinstance(node, ast.ClassDef):
                 names.defined.add(node.name)
+                names.classes.add(node.name)
             elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                 names.defined.add(node.id)
         changed = True
@@ -526,9 +528,13 @@ class _Names:
             # a module handed to a function of the notebook (or a lambda called at once): its
             # parameters stand for the module
             func = node.func if isinstance(node.func, ast.Lambda) else self.functions.get(_called_name(node.func))
-            if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and isinstance(
-                node.func,
-                (ast.Name, ast.Lambda, ast.Attribute),  # K.get(sys, ...): its `self` is sys
+            through_class = (  # K.get(sys, ...): its `self` is sys (not obj.use(jnp): a bound method)
+                isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id in self.classes
+            )
+            if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and (
+                isinstance(node.func, (ast.Name, ast.Lambda)) or through_class
             ):
                 passed = [*node.args, *(k.value for k in node.keywords)]
                 path = next((p for p in (self.module_of(a) for a in passed) if p), "")

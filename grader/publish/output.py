@@ -20,7 +20,7 @@ MAX_NAME = 150  # characters of a file name made from a student id
 def safe_name(student: str) -> str:
     """A file name for a student id (no path separators, no leading dots), one per id: an id that
     is a safe name itself is its own name; any other id gets its characters made safe and ``~``
-    and a digest of the id after them (``José García`` -> ``Jos_Garc_a~1c0e…``).  No safe id has a
+    and a digest of the id after them (``José García`` -> ``Jos_Garc_a~978edf99a5ad71c4``).  No safe id has a
     ``~``, so two ids never share a name: ``_alice`` or ``alice!`` cannot write over ``alice``'s
     record and feedback page (a student picks their file's name, hence the id, in a plain folder)."""
     name = _SAFE.sub("_", student).strip("._") or "student"

@@ -16,6 +16,7 @@ import pytest
 
 from grader.intake import collect as intake
 from grader.intake.collect import ArchiveLimits, IntakeError, collect
+from grader.publish.output import safe_name
 
 MiB = 1 << 20
 T0 = (2024, 3, 1, 10, 0, 0)
@@ -569,8 +570,8 @@ def test_staging_names_never_collide(tmp_path: Path) -> None:
     report = collect([z1, z2], staging)
     paths = {s.student: s.path for s in report.submissions}
     assert paths == {
-        "a b": staging / "submissions" / "a_b.ipynb",
-        "a_b": staging / "submissions" / "a_b-2.ipynb",
+        "a b": staging / "submissions" / f"{safe_name('a b')}.ipynb",  # a_b~<digest>: never a_b
+        "a_b": staging / "submissions" / "a_b.ipynb",
         "c": staging / "submissions-2" / "c.ipynb",
     }
     assert marker(paths["a_b"]) == "x = 'underscore'"
@@ -688,8 +689,8 @@ def test_metadata_in_a_folder_beside_the_export_is_not_read(tmp_path: Path) -> N
 def test_metadata_in_a_students_own_folder_renames_nobody(tmp_path: Path) -> None:
     """A folder per student (a Moodle download, one clone per student): mallory's folder holds
     Gradescope metadata that gives her starter to alice's id, dated in the future (the red team's
-    attack, session 24). The folder is hers, not an export: beside other students' notebooks its
-    metadata is ignored, and alice is graded on her own notebook."""
+    attack, session 24: alice was graded 0 on it). Metadata in a top-level folder beside notebooks
+    outside any export is not guessed at: the run stops and names the file."""
     meta = (
         "submission_1:\n  :submitters:\n  - :name: Alice\n    :sid: alice\n"
         "  :created_at: 2099-01-01 00:00:00.000000000 +00:00\n"
@@ -701,12 +702,17 @@ def test_metadata_in_a_students_own_folder_renames_nobody(tmp_path: Path) -> Non
     (d / "mallory" / "submission_metadata.yml").write_text(meta)
     (d / "mallory" / "submission_1").mkdir()
     (d / "mallory" / "submission_1" / "hw.ipynb").write_bytes(nb("planted for alice"))
-    report = collect([d], tmp_path / "s", own_names=["vmap_convolve"])
-    subs = by_student(report)
-    assert marker(subs["alice"].path) == "x = 'alice'" and subs["alice"].ignored == ()
-    assert "lms" not in subs["alice"].identity or subs["alice"].identity["lms"] != "gradescope"
-    assert (str(d / "mallory" / "submission_metadata.yml"), intake.PLANTED_META) in report.skipped
-    assert sorted(subs) == ["alice", "carol", "mallory"] and marker(subs["mallory"].path) == "x = 'mallory'"
+    with pytest.raises(IntakeError, match=r"submission_metadata\.yml in .*mallory beside notebooks that are in no"):
+        collect([d], tmp_path / "s", own_names=["vmap_convolve"])
+    # nor is a real export beside a stray notebook taken for one student (a review of the first fix)
+    stray = tmp_path / "dl"
+    (stray / "hw3_export" / "submission_1").mkdir(parents=True)
+    (stray / "hw3_export" / "submission_1" / "hw.ipynb").write_bytes(nb("1001"))
+    (stray / "hw3_export" / "submission_metadata.yml").write_text(meta.replace(":sid: alice", ":sid: '1001'"))
+    (stray / "vmap_convolve.ipynb").write_bytes(nb("starter"))
+    with pytest.raises(IntakeError, match="Pass the export folder itself"):
+        collect([stray], tmp_path / "s3", own_names=["vmap_convolve"])
+    assert by_student(collect([stray / "hw3_export"], tmp_path / "s4")).keys() == {"1001"}
     # the same layout made only of exports (a TA's downloads folder): each export's metadata is read
     exports = tmp_path / "downloads"
     for section, sid in (("section_1", "1001"), ("section_2", "1002")):

@@ -191,6 +191,13 @@ def test_a_fresh_jit_behind_a_helper_called_in_the_loop_is_found() -> None:
     assert fresh_jit_in_loop(reachable_sources(cells, "h")).startswith("_step(x), which makes")
     once = ["loop_body = jax.jit(lambda i: i + 1)", "def _step(y):\n    return loop_body(y)", loop.format("_step")]
     assert fresh_jit_in_loop(reachable_sources(once, "g")) == ""
+    cached = ["@functools.lru_cache\ndef _step(n):\n    return jax.jit(lambda z: z ** n)", loop.format("_step(2)")]
+    lazy = [
+        "_s = None",
+        "def _step(y):\n    global _s\n    if _s is None:\n        _s = jax.jit(lambda z: z + 1)\n    return _s(y)",
+    ]
+    assert fresh_jit_in_loop(reachable_sources(cached, "g")) == ""
+    assert fresh_jit_in_loop(reachable_sources([*lazy, loop.format("_step")], "g")) == ""
 
 
 def test_reachable_sources_follow_free_names_only() -> None:

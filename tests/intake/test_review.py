@@ -60,7 +60,9 @@ HONEST = {
     "an object's own attributes by name, in its methods": (
         "class K:\n    def get(self, n):\n        def inner():\n            return getattr(self, n)\n        return inner()\n"
         "    @classmethod\n    def make(cls, name):\n        return getattr(cls, name)\n"
-        "    def names(self):\n        return list(self.__dict__)"
+        "    def names(self):\n        return list(self.__dict__)\n"
+        "class Layer:\n    def __init__(self, n):\n        self.n = n\n    def use(self, xp):\n        self.xp = xp\n"
+        "        return self\nlayer = Layer(3).use(jnp)\nlayer.use(jnp)"
     ),
     "code in strings that is honest": 'import timeit\ntimeit.timeit("f(x)", globals=globals(), number=3)\nprint("loss = %.3f" % loss)',
 }
