@@ -67,6 +67,8 @@ HONEST = {
     "code in strings that is honest": 'import timeit\ntimeit.timeit("f(x)", globals=globals(), number=3)\nprint("loss = %.3f" % loss)',
 }
 
+COMPUTED = "getattr(..., <a name computed at run time>)"
+
 # (code, kind, what the finding names, line)
 FLAGGED = [
     ("import grader.sandboxed.kernel_side as ks", "grader", "import grader.sandboxed.kernel_side", 1),
@@ -172,13 +174,13 @@ FLAGGED = [
     (
         "import sys\ndef _attr(self, n):\n    return getattr(self, n)\nm = _attr(sys, 'mod' + 'ules')",
         "reflection",
-        "getattr(..., <a name computed at run time>)",
+        COMPUTED,
         3,
     ),
     (
         "import sys\nm = (lambda self, n: getattr(self, n))(sys, 'mod' + 'ules')",
         "reflection",
-        "getattr(..., <a name computed at run time>)",
+        COMPUTED,
         2,
     ),
     ("def put(cls, n, v):\n    setattr(cls, n, v)", "reflection", "setattr(..., <a name computed at run time>)", 2),
@@ -187,19 +189,19 @@ FLAGGED = [
     (
         "import numpy as np\ndef _attr(np, name):\n    return getattr(np, name)",
         "reflection",
-        "getattr(..., <a name computed at run time>)",
+        COMPUTED,
         3,
     ),
     (
         "import numpy as np\nimport sys\nnp = sys\nm = getattr(np, 'mod' + 'ules')",
         "reflection",
-        "getattr(..., <a name computed at run time>)",
+        COMPUTED,
         4,
     ),
     (
         "class K:\n    def get(self, n):\n        return getattr(self, n)\nimport sys\nm = K.get(sys, 'mod' + 'ules')",
         "reflection",
-        "getattr(..., <a name computed at run time>)",
+        COMPUTED,
         3,
     ),
 ]
