@@ -37,8 +37,8 @@ ENCRYPTED = "encrypted entry (refused)"
 NESTED = "nested archive (not opened; extract it and pass it separately)"
 OUTSIDE_GRADESCOPE = "not inside a submission folder of the Gradescope export"
 PLANTED_META = (
-    "Gradescope metadata inside a submission, too deep in the export, or in a folder beside notebooks that"
-    " are not in an export (ignored: only the export's own submission_metadata.yml is read)"
+    "Gradescope metadata inside a submission or too deep in the export (ignored: only the export's own"
+    " submission_metadata.yml is read)"
 )
 _QUIET = (MACOSX, HIDDEN, NOT_NOTEBOOK, ONLINETEXT)  # junk, summarized by count in lines()
 
