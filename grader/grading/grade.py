@@ -22,6 +22,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -575,8 +576,10 @@ def cache_status(assignment: Assignment, isolation: str, cache: bool = True, *, 
     return f"compilation cache: warming {plan.folder} by grading {what} once, {when}"
 
 
-#: The unreadable starters :func:`filled_solutions` has warned about in this process (and why).
-_WARNED_STARTERS: set[tuple[Path, str]] = set()
+@lru_cache(maxsize=16)
+def _warn_unreadable_starter(starter: Path, why: str) -> None:
+    """Once per process and starter (validate asks for the filled-in solutions twice)."""
+    log.warning("the solutions are graded without the starter's cells: %s", why)
 
 
 def filled_solutions(assignment: Assignment, *, alternatives: bool = True) -> list[tuple[Path, Any, str]]:
@@ -588,9 +591,7 @@ def filled_solutions(assignment: Assignment, *, alternatives: bool = True) -> li
     try:
         starter = load_notebook(assignment.starter).node
     except NotebookError as exc:  # validate grades the starter too, and says so there
-        if (assignment.starter, str(exc)) not in _WARNED_STARTERS:  # validate asks twice
-            _WARNED_STARTERS.add((assignment.starter, str(exc)))
-            log.warning("the solutions are graded without the starter's cells: %s", exc)
+        _warn_unreadable_starter(assignment.starter, str(exc))
         starter = None
     out: list[tuple[Path, Any, str]] = []
     for script in [assignment.solution, *(assignment.alternatives() if alternatives else [])]:

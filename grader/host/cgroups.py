@@ -230,15 +230,14 @@ def owner_gone(tag: str) -> bool:
     before it) is gone, so that what it made may be swept.  False where that cannot be told: a
     maker in another PID namespace, a name that is not ours, a /proc that will not say."""
     parts = tag.split(".")
-    if not all(re.fullmatch(r"[0-9]{1,12}", p) for p in parts):
+    if not all(re.fullmatch(r"[0-9]{1,12}", p) for p in parts) or len(parts) not in (1, 3):
         return False
-    if len(parts) == 1:  # an older grader's name: the pid alone
-        return not _pid_alive(int(parts[0]))
-    if len(parts) != 3 or parts[2] != (_pid_namespace() or "0"):
+    if len(parts) == 3 and parts[2] != (_pid_namespace() or "0"):
         return False
-    if parts[1] == "0":  # its maker could not read its own start time: the pid alone
-        return not _pid_alive(int(parts[0]))
-    start = _start_time(int(parts[0]))
+    pid = int(parts[0])
+    if len(parts) == 1 or parts[1] == "0":  # an older grader's name, or a maker without its start time
+        return not _pid_alive(pid)
+    start = _start_time(pid)
     return start is not None and start != parts[1]  # gone, or its pid is another process's now
 
 
@@ -413,8 +412,8 @@ def _kill_members(pids: set[int], members: Callable[[], set[int]]) -> None:
     each process is pinned first (a pidfd, which keeps naming the same process), then the members
     are read again, and only a pinned process still among them is signalled, through its pidfd.
     (Its pid cannot pass to another process while it lives, so "still a member" is about it.)
-    Where pidfds are missing (Linux before 5.3), a plain kill of the pids read."""
-    fds: dict[int, int] = {}
+    Where pidfds are missing (Linux before 5.3) or refused, a plain kill of a pid still listed."""
+    fds: dict[int, int | None] = {}
     try:
         for pid in pids:
             try:
@@ -422,23 +421,24 @@ def _kill_members(pids: set[int], members: Callable[[], set[int]]) -> None:
             except ProcessLookupError:
                 continue
             except (AttributeError, OSError):  # no pidfds here
-                for other in pids:
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.kill(other, signal.SIGKILL)
-                return
+                fds[pid] = None
         now = members()
         for pid, fd in fds.items():
-            if pid in now:
-                try:
-                    signal.pidfd_send_signal(fd, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                except OSError:  # refused (a seccomp profile, EPERM): a plain kill of this member
-                    with contextlib.suppress(OSError):
-                        os.kill(pid, signal.SIGKILL)
+            if pid not in now:
+                continue
+            try:
+                if fd is None:
+                    raise OSError("no pidfd")
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            except OSError:  # no pidfd, or refused (a seccomp profile, EPERM): a plain kill
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
     finally:
         for fd in fds.values():
-            os.close(fd)
+            if fd is not None:
+                os.close(fd)
 
 
 def _on_cgroupfs(path: Path) -> bool:

