@@ -3,22 +3,36 @@
 Every sandbox runs XLA without its own thread pool (``--xla_cpu_multi_thread_eigen=false``): a
 sandbox's processes share one cgroup's CPU, and a batch runs one sandbox per core.
 
-Where the installed jaxlib knows it, a sandbox also compiles with XLA:CPU's older fusion
-emitters (``--xla_cpu_use_fusion_emitters=false``).  Compiling is most of what grading spends in
-a sandbox: the student's eager operations and jitted functions on the hidden shapes, and the
-evaluator's exported modules.  The newer (MLIR) emitters compile a program of thousands of small
-operations three times slower: a ``jax.jit`` of a Python loop over a 64-row batch (the sample
-class's carol) took 6.4 s to compile with them and 2.1 s without, on one core 11.8 s and 2.7 s
-(bench/README.md, "Session 10: compiling with the older emitters").  Both emitters compute the same
-operations; results can differ in the last bits (contracted multiply-adds), which every numeric
-check's tolerance absorbs, and every check that compares exactly compares a sandbox's results
-with the same sandbox's, or integers.  The flag only selects code generation: it decides nothing
-a test reads, and a sandbox that changed its own flags would only slow itself down.
+Compiling is most of what grading spends in a sandbox: the student's eager operations and
+jitted functions on the hidden shapes, and the evaluator's exported modules, each a small program
+compiled once and run on small inputs.  So, where the installed jaxlib knows them, a sandbox
+compiles for compile time rather than run time (:data:`FAST_COMPILE_FLAGS`):
+
+- XLA:CPU's older fusion emitters (``--xla_cpu_use_fusion_emitters=false``).  The newer (MLIR)
+  emitters compile a program of thousands of small operations three times slower: a ``jax.jit``
+  of a Python loop over a 64-row batch (the sample class's carol) took 6.4 s to compile with them
+  and 2.1 s without, on one core 11.8 s and 2.7 s (bench/README.md, "Session 10: compiling with
+  the older emitters").
+- LLVM without its optimization passes (``--xla_backend_optimization_level=0``).  With the older
+  emitters, LLVM's passes were half of each small program's compile: the evaluator's 25 modules
+  of a vmap_convolve grading compiled in 0.96 CPU s instead of 2.2, and a prng_keys class graded
+  in 26% less time (bench/README.md, "Session 25").  Element-wise loops that XLA generates run
+  up to about 3 times slower (a 4M-element fused expression: 20 ms against 7.6); matrix products
+  and convolutions run in XLA's precompiled kernels, as before.  The limits (``cell_timeout``
+  60 s, ``call_timeout`` 120 s) leave that room many times over on the assignments' inputs.
+- One LLVM module per program (``--xla_cpu_parallel_codegen_split_count=1``): XLA splits a
+  program into parts to generate code on several threads, and a sandbox compiles on one.
+
+The flags only select code generation: IEEE arithmetic is kept (no fast-math), and results can
+differ from other flags' in the last bits (contracted multiply-adds), which every numeric check's
+tolerance absorbs; every check that compares exactly compares a sandbox's results with the same
+sandbox's, or integers.  They decide nothing a test reads, and a sandbox that changed its own
+flags would only slow itself down.
 
 XLA aborts a process whose ``XLA_FLAGS`` holds a flag it does not know (and ignores every flag
 after a word that is not a flag), so a flag beyond the first is used only after a trusted probe
-(:func:`accepted`) has started this jaxlib's CPU client with it; a jaxlib that dropped the flag
-grades as before, only slower.  ``JAXGRADE_FAST_COMPILE=0`` in the grader's environment turns
+(:func:`accepted`) has started this jaxlib's CPU client with it; a jaxlib that dropped a flag
+grades without it, only slower (JAX 0.12, on Python 3.12+, has no older emitters).  ``JAXGRADE_FAST_COMPILE=0`` in the grader's environment turns
 it off.
 """
 
@@ -34,8 +48,12 @@ log = logging.getLogger(__name__)
 
 #: Every sandbox: no thread pool of XLA's own.
 BASE_FLAGS = ("--xla_cpu_multi_thread_eigen=false",)
-#: Faster compiles, where this jaxlib accepts them (:func:`accepted`).
-FAST_COMPILE_FLAGS = ("--xla_cpu_use_fusion_emitters=false",)
+#: Faster compiles, where this jaxlib accepts them (:func:`accepted`), each on its own.
+FAST_COMPILE_FLAGS = (
+    "--xla_cpu_use_fusion_emitters=false",
+    "--xla_backend_optimization_level=0",
+    "--xla_cpu_parallel_codegen_split_count=1",
+)
 #: ``JAXGRADE_FAST_COMPILE=0`` (or ``false``, ``no``, ``off``) leaves FAST_COMPILE_FLAGS out.
 SWITCH = "JAXGRADE_FAST_COMPILE"
 
@@ -82,8 +100,13 @@ def fast_compile_enabled() -> bool:
 
 
 def fast_compile_flags() -> list[str]:
-    """FAST_COMPILE_FLAGS where they are on and this jaxlib accepts them, else nothing."""
-    return list(FAST_COMPILE_FLAGS) if fast_compile_enabled() and accepted(FAST_COMPILE_FLAGS) else []
+    """The FAST_COMPILE_FLAGS this jaxlib accepts, where they are on: one probe for all of them,
+    and one for each only where a jaxlib refuses them together."""
+    if not fast_compile_enabled():
+        return []
+    if accepted(FAST_COMPILE_FLAGS):
+        return list(FAST_COMPILE_FLAGS)
+    return [flag for flag in FAST_COMPILE_FLAGS if accepted((flag,))]
 
 
 def sandbox_xla_flags(devices: int = 1) -> str:
