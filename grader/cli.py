@@ -48,6 +48,7 @@ from grader.course.config import (
 from grader.errors import cell_paths_named
 from grader.grading import check_server
 from grader.grading.record import Record
+from grader.host import xla_flags
 from grader.host.sandbox import (
     SandboxSetupError,
     choose_isolation,
@@ -1195,12 +1196,21 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _check_environment() -> None:
+    """What the grader reads from its environment, checked before any work starts."""
+    try:
+        xla_flags.chosen()
+    except ValueError as exc:
+        raise CliError(str(exc), "Unset it to compile with every flag that makes compiling faster.") from None
+
+
 def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=err)
     try:
+        _check_environment()
         return int(args.func(args, out, err))
     except (CliError, ConfigError) as exc:
         return _fail(exc, err)

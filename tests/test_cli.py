@@ -66,6 +66,16 @@ def test_unknown_assignment_suggests(tmp_path: Path) -> None:
     assert "assignments.vmap_convolv: no such assignment; did you mean 'vmap_convolve'?" in err
 
 
+def test_a_fast_compile_setting_naming_no_flag_stops_every_command_before_it_starts(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("JAXGRADE_FAST_COMPILE", "O0")
+    for argv in (["list"], ["grade", "--assignment", "vmap_convolve", "--out", str(tmp_path / "out"), str(tmp_path)]):
+        code, _, err = run(*argv)
+        assert code == 2 and "JAXGRADE_FAST_COMPILE='O0' names o0" in err and "TIP: Unset it" in err, err
+    assert not (tmp_path / "out").exists()
+
+
 def test_grade_missing_path(tmp_path: Path) -> None:
     code, _, err = run("grade", "--assignment", "vmap_convolve", "--out", str(tmp_path / "o"), str(tmp_path / "none"))
     assert code == 2

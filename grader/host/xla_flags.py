@@ -32,8 +32,12 @@ flags would only slow itself down.
 XLA aborts a process whose ``XLA_FLAGS`` holds a flag it does not know (and ignores every flag
 after a word that is not a flag), so a flag beyond the first is used only after a trusted probe
 (:func:`accepted`) has started this jaxlib's CPU client with it; a jaxlib that dropped a flag
-grades without it, only slower (JAX 0.12, on Python 3.12+, has no older emitters).  ``JAXGRADE_FAST_COMPILE=0`` in the grader's environment turns
-it off.
+grades without it, only slower (JAX 0.12, on Python 3.12+, has no older emitters).
+
+``JAXGRADE_FAST_COMPILE`` in the grader's environment chooses: ``0`` (or ``false``, ``no``,
+``off``) none of them; unset, ``1`` (``true``, ``yes``, ``on``) all; or the names of the ones to
+keep, separated by commas (``xla_cpu_use_fusion_emitters`` keeps the older emitters and LLVM's
+passes, for a course whose notebooks run long element-wise computations).
 """
 
 from __future__ import annotations
@@ -54,8 +58,10 @@ FAST_COMPILE_FLAGS = (
     "--xla_backend_optimization_level=0",
     "--xla_cpu_parallel_codegen_split_count=1",
 )
-#: ``JAXGRADE_FAST_COMPILE=0`` (or ``false``, ``no``, ``off``) leaves FAST_COMPILE_FLAGS out.
+#: Which of FAST_COMPILE_FLAGS to use (:func:`chosen`).
 SWITCH = "JAXGRADE_FAST_COMPILE"
+_OFF = ("0", "false", "no", "off")
+_ON = ("", "1", "true", "yes", "on")
 
 # Starts the CPU client, which parses XLA_FLAGS (importing jaxlib does not); through JAX itself
 # if this jaxlib's own module is laid out otherwise.  An unknown flag aborts before "ok".
@@ -95,18 +101,37 @@ def accepted(flags: tuple[str, ...]) -> bool:
     return ok
 
 
-def fast_compile_enabled() -> bool:
-    return os.environ.get(SWITCH, "1").strip().lower() not in ("0", "false", "no", "off")
+def _name(flag: str) -> str:
+    return flag.lstrip("-").split("=", 1)[0]
+
+
+def chosen() -> tuple[str, ...]:
+    """The FAST_COMPILE_FLAGS that :data:`SWITCH` asks for (module docstring), before the probe.
+    A name that is none of them is an error, with the names there are."""
+    value = os.environ.get(SWITCH, "1").strip().lower()
+    if value in _OFF:
+        return ()
+    if value in _ON:
+        return FAST_COMPILE_FLAGS
+    names = {_name(word) for word in value.replace(",", " ").split()}
+    unknown = names - {_name(flag) for flag in FAST_COMPILE_FLAGS}
+    if unknown:
+        raise ValueError(
+            f"{SWITCH}={os.environ[SWITCH]!r} names {', '.join(sorted(unknown))}: it takes 0, 1 or names among "
+            + ", ".join(_name(flag) for flag in FAST_COMPILE_FLAGS)
+        )
+    return tuple(flag for flag in FAST_COMPILE_FLAGS if _name(flag) in names)
 
 
 def fast_compile_flags() -> list[str]:
-    """The FAST_COMPILE_FLAGS this jaxlib accepts, where they are on: one probe for all of them,
-    and one for each only where a jaxlib refuses them together."""
-    if not fast_compile_enabled():
+    """The chosen FAST_COMPILE_FLAGS that this jaxlib accepts: one probe for all of them, and one
+    for each only where a jaxlib refuses them together."""
+    flags = chosen()
+    if not flags:
         return []
-    if accepted(FAST_COMPILE_FLAGS):
-        return list(FAST_COMPILE_FLAGS)
-    return [flag for flag in FAST_COMPILE_FLAGS if accepted((flag,))]
+    if accepted(flags):
+        return list(flags)
+    return [flag for flag in flags if accepted((flag,))]
 
 
 def sandbox_xla_flags(devices: int = 1) -> str:

@@ -160,3 +160,30 @@ def test_a_process_whose_jax_started_adds_no_compile_flag(monkeypatch):
     monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")
     _set_trusted_devices(1, fast_compile=True)
     assert xla_flags.os.environ["XLA_FLAGS"] == "--xla_dump_to=/tmp/x"
+
+
+@pytest.mark.parametrize(
+    ("value", "kept"),
+    [
+        ("xla_cpu_use_fusion_emitters", ["--xla_cpu_use_fusion_emitters=false"]),
+        (
+            "--xla_backend_optimization_level=0, xla_cpu_parallel_codegen_split_count",
+            ["--xla_backend_optimization_level=0", "--xla_cpu_parallel_codegen_split_count=1"],
+        ),
+        (" XLA_CPU_PARALLEL_CODEGEN_SPLIT_COUNT ", ["--xla_cpu_parallel_codegen_split_count=1"]),
+    ],
+)
+def test_staff_can_keep_some_of_them_by_name(monkeypatch, value, kept):
+    """A course whose notebooks run long element-wise computations keeps LLVM's passes and the
+    older emitters; the flags keep their own order and values, whatever the names say."""
+    monkeypatch.setenv(xla_flags.SWITCH, value)
+    monkeypatch.setattr(xla_flags, "accepted", lambda flags: True)
+    assert xla_flags.sandbox_xla_flags().split() == [*xla_flags.BASE_FLAGS, *kept]
+
+
+def test_a_name_that_is_none_of_them_is_refused_with_the_names_there_are(monkeypatch):
+    monkeypatch.setenv(xla_flags.SWITCH, "xla_cpu_use_fusion_emitters,xla_cpu_enable_fast_math")
+    monkeypatch.setattr(xla_flags, "accepted", lambda flags: pytest.fail("nothing is probed"))
+    with pytest.raises(ValueError, match="names xla_cpu_enable_fast_math: it takes 0, 1 or names among") as caught:
+        xla_flags.sandbox_xla_flags()
+    assert all(f.lstrip("-").split("=")[0] in str(caught.value) for f in xla_flags.FAST_COMPILE_FLAGS)

@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""The sandboxes' fast-compile flags, side by side in one run: a class graded with each choice of
+``JAXGRADE_FAST_COMPILE`` (grader/host/xla_flags.py).
+
+Each run is ``jaxgrade grade --assignment A --out OUT --jobs J CLASS`` in a process of its own,
+with a fresh cache home (``JAXGRADE_CACHE_DIR``): the first run (which warms the trusted
+compilation cache beside the first submissions), then the same class into another ``OUT`` with
+that cache (the next class).  The choices alternate (``--rounds``), so that the machine's drift
+falls on each.  Printed: the wall time of each run, the sandboxes' CPU seconds and the seconds
+in tests summed over the records, the ratio to the baseline's wall time, and whether every
+record (each test's name, status and score) is the same under every choice.  Figures only.
+
+    python bench/compile_flags.py                                  # the sample class
+    python bench/compile_flags.py --assignment prng_keys --class tests/corpus/prng_keys
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from grader.host.xla_flags import FAST_COMPILE_FLAGS, SWITCH  # noqa: E402
+
+EMITTERS = "xla_cpu_use_fusion_emitters"
+#: label -> JAXGRADE_FAST_COMPILE; the first is the baseline
+CHOICES = {
+    "older emitters only (session 24; baseline)": EMITTERS,
+    "every fast-compile flag (the default)": "1",
+    "none (JAXGRADE_FAST_COMPILE=0)": "0",
+}
+
+
+def one_run(value: str, assignment: str, klass: Path, out: Path, cache: Path, jobs: int) -> dict[str, object]:
+    env = {**os.environ, SWITCH: value, "JAXGRADE_CACHE_DIR": str(cache)}
+    jaxgrade = Path(sys.executable).with_name("jaxgrade")
+    cmd = [str(jaxgrade), "grade", "--assignment", assignment, "--out", str(out), "--jobs", str(jobs), str(klass)]
+    t0 = time.monotonic()
+    done = subprocess.run(cmd, env=env, cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    wall = time.monotonic() - t0
+    if done.returncode not in (0, 1):  # 1: some submission failed to grade cleanly, still a result
+        sys.exit(f"{' '.join(cmd)} ended with {done.returncode}:\n{done.stderr[-2000:]}")
+    records = [json.loads(p.read_text()) for p in sorted((out / "results").glob("*.json"))]
+    timings = [r.get("timings", {}) for r in records]
+    return {
+        "wall": wall,
+        "cpu": sum(t.get("cpu", 0.0) for t in timings),
+        "tests": sum(t.get("tests", 0.0) for t in timings),
+        "notebooks": len(records),
+        "verdicts": {
+            r["student"]: [
+                r.get("score"),
+                [(t.get("name"), t.get("status"), t.get("score")) for t in r.get("tests", [])],
+            ]
+            for r in records
+        },
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    p.add_argument("--assignment", default="vmap_convolve")
+    p.add_argument(
+        "--class", dest="klass", type=Path, default=ROOT / "examples" / "class", help="a folder of notebooks"
+    )
+    p.add_argument("--jobs", type=int, default=2, help="notebooks at once (default 2)")
+    p.add_argument("--rounds", type=int, default=2, help="runs of each choice, alternating (default 2)")
+    p.add_argument("--skip-none", action="store_true", help="leave out the run with no fast-compile flag")
+    args = p.parse_args()
+    choices = {k: v for k, v in CHOICES.items() if not (args.skip_none and v == "0")}
+    runs: dict[tuple[str, str], list[dict[str, object]]] = {}
+    with tempfile.TemporaryDirectory(prefix="jaxgrade-flags-") as tmp:
+        for r in range(args.rounds):
+            for i, (label, value) in enumerate(choices.items()):
+                home = Path(tmp) / f"{r}-{i}"
+                for phase in ("first run", "next class"):
+                    out = home / phase.replace(" ", "-")
+                    got = one_run(value, args.assignment, args.klass.resolve(), out, home / "cache", args.jobs)
+                    runs.setdefault((label, phase), []).append(got)
+                    print(f"  round {r + 1}, {label}, {phase}: {got['wall']:.1f} s", file=sys.stderr, flush=True)
+    n = next(iter(runs.values()))[0]["notebooks"]
+    print(
+        f"{args.assignment}, {n} notebooks of {args.klass}, --jobs {args.jobs}, {os.cpu_count()} CPU(s), "
+        f"{args.rounds} round(s); flags: {', '.join(FAST_COMPILE_FLAGS)}"
+    )
+    print(
+        f"{'choice':44} {'run':11} {'wall s (each round)':>22} {'mean s':>7} {'vs baseline':>11} {'cpu s':>7} {'tests s':>8}"
+    )
+    base = {
+        phase: statistics.mean(g["wall"] for g in runs[(next(iter(choices)), phase)])
+        for phase in ("first run", "next class")
+    }
+    for (label, phase), got in runs.items():
+        walls = [g["wall"] for g in got]
+        mean = statistics.mean(walls)
+        print(
+            f"{label:44} {phase:11} {' '.join(f'{w:.1f}' for w in walls):>22} {mean:7.1f} {mean / base[phase]:10.2f}x "
+            f"{statistics.mean(g['cpu'] for g in got):7.1f} {statistics.mean(g['tests'] for g in got):8.1f}"
+        )
+    verdicts = [g["verdicts"] for got in runs.values() for g in got]
+    same = [s for s in verdicts[0] if all(v.get(s) == verdicts[0][s] for v in verdicts)]
+    print(f"every record (score, and each test's name, status and score) the same in every run: {len(same)} of {n}")
+    for s in sorted(set(verdicts[0]) - set(same)):
+        print(f"  differs: {s}: " + ", ".join(str(v.get(s, [None])[0]) for v in verdicts))
+    return 0 if len(same) == n else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
