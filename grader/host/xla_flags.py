@@ -15,8 +15,8 @@ compiles for compile time rather than run time (:data:`FAST_COMPILE_FLAGS`):
   the older emitters").
 - LLVM without its optimization passes (``--xla_backend_optimization_level=0``).  With the older
   emitters, LLVM's passes were half of each small program's compile: the evaluator's 25 modules
-  of a vmap_convolve grading compiled in 0.96 CPU s instead of 2.2, and a prng_keys class graded
-  in 26% less time (bench/README.md, "Session 25").  Element-wise loops that XLA generates run
+  of a vmap_convolve grading compiled in 0.99 CPU s instead of 2.2, and a class of prng_keys
+  notebooks graded in 0.76x the time (bench/README.md, "Session 25").  Element-wise loops that XLA generates run
   up to about 3 times slower (a 4M-element fused expression: 20 ms against 7.6); matrix products
   and convolutions run in XLA's precompiled kernels, as before.  The limits (``cell_timeout``
   60 s, ``call_timeout`` 120 s) leave that room many times over on the assignments' inputs.
