@@ -57,7 +57,7 @@ from grader.host.sandbox import (
     resource_warning,
 )
 from grader.intake.collect import Incoming, IntakeError, IntakeReport, collect
-from grader.intake.notebook import MAX_NOTEBOOK_BYTES, NotebookError, assignment_named_in, load_notebook
+from grader.intake.notebook import NotebookError, assignment_named_in, load_notebook
 from grader.publish import canvas, exports
 from grader.publish.output import terminal_safe, write_atomic
 
@@ -496,6 +496,11 @@ def _one_assignment_per_folder(out_dir: Path, name: str) -> None:
 
 #: Submissions whose metadata :func:`_named_as_asked` reads: enough to tell a wrong --assignment.
 NAMED_SAMPLE = 20
+#: The largest file whose metadata :func:`_named_as_asked` reads.  JSON of many small values
+#: takes about 20 times its size to hold once parsed (64 MiB of ``[],`` is 1.4 GB of lists), and
+#: this process has no memory limit of its own; a starter with its outputs is a few hundred KB,
+#: and a notebook over this size is graded all the same, only not sampled.
+NAMED_MAX_BYTES = 4 << 20
 #: Notebooks that must agree before a batch is stopped: the metadata is the students' to write,
 #: and one or two of them must not keep their own notebooks from being graded.
 NAMED_MIN = 3
@@ -516,7 +521,7 @@ def _named_as_asked(assignment: Assignment, submissions: list[Incoming], err: Te
     names: Counter[str] = Counter()
     for sub in submissions[:NAMED_SAMPLE]:
         try:
-            if sub.path.stat().st_size > MAX_NOTEBOOK_BYTES:
+            if sub.path.stat().st_size > NAMED_MAX_BYTES:
                 continue
             named = assignment_named_in(sub.path.read_bytes())
         except (OSError, MemoryError):  # a student's file

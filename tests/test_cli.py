@@ -571,6 +571,17 @@ def test_grade_refuses_notebooks_that_say_they_are_another_assignment(tmp_path: 
     deep = tmp_path / "deep.ipynb"
     deep.write_text('{"metadata": ' + "[" * 100_000 + "]" * 100_000 + "}")
     _named_as_asked(pytrees, [Incoming(deep, "d", {})] * 3, quiet)
+    # nor is a file over NAMED_MAX_BYTES read: 64 MiB of small JSON values is 1.4 GB parsed, in a
+    # process with no memory limit of its own (it is graded all the same, in a sandbox's worker)
+    from grader.cli import NAMED_MAX_BYTES
+
+    big = tmp_path / "big.ipynb"
+    doc = json.loads(alice.path.read_text())
+    doc["metadata"]["padding"] = [[]] * (NAMED_MAX_BYTES // 3)
+    big.write_text(json.dumps(doc, separators=(",", ":")))
+    assert NAMED_MAX_BYTES < big.stat().st_size < 2 * NAMED_MAX_BYTES
+    _named_as_asked(pytrees, [Incoming(big, "g", {})] * 3, quiet)
+    assert quiet.getvalue() == ""
     from grader.intake.notebook import NotebookError, load_notebook
 
     with pytest.raises(NotebookError, match="nested too deeply"):
