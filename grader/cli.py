@@ -498,8 +498,8 @@ def _one_assignment_per_folder(out_dir: Path, name: str) -> None:
 NAMED_SAMPLE = 20
 #: The largest file whose metadata :func:`_named_as_asked` reads.  JSON of many small values
 #: takes about 20 times its size to hold once parsed (64 MiB of ``[],`` is 1.4 GB of lists), and
-#: this process has no memory limit of its own; a starter with its outputs is a few hundred KB,
-#: and a notebook over this size is graded all the same, only not sampled.
+#: this process has no memory limit of its own; a starter with its outputs is a few hundred KB.
+#: A larger notebook is graded all the same; the next one under the size is read in its place.
 NAMED_MAX_BYTES = 4 << 20
 #: Notebooks that must agree before a batch is stopped: the metadata is the students' to write,
 #: and one or two of them must not keep their own notebooks from being graded.
@@ -509,7 +509,8 @@ NAMED_MIN = 3
 def _named_as_asked(assignment: Assignment, submissions: list[Incoming], err: TextIO) -> None:
     """Stop before grading when the notebooks say they are another assignment of the course
     (their ``jaxgrade.assignment`` metadata, set in the starter): at least :data:`NAMED_MIN` and
-    most of the first :data:`NAMED_SAMPLE` that name one name the same other one.  Graded as the
+    most of the first :data:`NAMED_SAMPLE` files of at most :data:`NAMED_MAX_BYTES` that name one
+    name the same other one.  Graded as the
     asked one, each would get 0 with a note in the grades table only.  Fewer are named in a
     warning, and graded.  Not when the asked assignment's own starter names another (the metadata
     then says nothing)."""
@@ -519,10 +520,14 @@ def _named_as_asked(assignment: Assignment, submissions: list[Incoming], err: Te
     except NotebookError:
         pass
     names: Counter[str] = Counter()
-    for sub in submissions[:NAMED_SAMPLE]:
+    read = 0
+    for sub in submissions:
+        if read == NAMED_SAMPLE:
+            break
         try:
             if sub.path.stat().st_size > NAMED_MAX_BYTES:
                 continue
+            read += 1
             named = assignment_named_in(sub.path.read_bytes())
         except (OSError, MemoryError):  # a student's file
             continue

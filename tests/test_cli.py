@@ -582,6 +582,16 @@ def test_grade_refuses_notebooks_that_say_they_are_another_assignment(tmp_path: 
     assert NAMED_MAX_BYTES < big.stat().st_size < 2 * NAMED_MAX_BYTES
     _named_as_asked(pytrees, [Incoming(big, "g", {})] * 3, quiet)
     assert quiet.getvalue() == ""
+    # ...and the next file under the size is read in its place: a class whose first notebooks are
+    # large still has NAMED_SAMPLE of them read, so three small ones are not a majority of nothing
+    import grader.cli as cli_module
+
+    many = [Incoming(big, "g", {})] * 25 + [alice] * 2 + [Incoming(bare, "b", {})] * (cli_module.NAMED_SAMPLE - 2)
+    _named_as_asked(pytrees, many, quiet)  # 2 of 20 read name vmap_convolve: a minority, a warning
+    assert quiet.getvalue().startswith("warning: 2 of the 2 notebook(s) checked"), quiet.getvalue()
+    quiet = io.StringIO()
+    with pytest.raises(cli_module.CliError, match="3 of the 3 notebook"):  # past the sample's first 20 files
+        _named_as_asked(pytrees, [Incoming(big, "g", {})] * 25 + [alice] * 3, quiet)
     from grader.intake.notebook import NotebookError, load_notebook
 
     with pytest.raises(NotebookError, match="nested too deeply"):

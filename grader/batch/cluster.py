@@ -88,6 +88,7 @@ from grader.grading.grade import (
     trusted_limits,
 )
 from grader.grading.record import Record, cap_record
+from grader.host import xla_flags
 from grader.host.memory import cap_malloc_arenas, is_out_of_memory
 from grader.host.sandbox import choose_isolation, sweep_after_lost_grader
 
@@ -116,6 +117,11 @@ class CourseMismatch(WorkerRefused):
 
 class NoBubblewrap(WorkerRefused):
     """The worker has no working bubblewrap, and ``--isolation process`` was not given."""
+
+
+class BadEnvironment(WorkerRefused):
+    """A setting in the worker's environment is not one it can grade with (``JAXGRADE_FAST_COMPILE``:
+    the coordinator checks its own before it starts, but the workers have environments of their own)."""
 
 
 # --------------------------------------------------------------------------- the course bundle
@@ -617,6 +623,10 @@ def _stop_event(name: str | None) -> Callable[[], bool] | None:
 
 def grade_task(bundle: CourseBundle, request: dict[str, Any]) -> dict[str, Any]:
     """The Dask task: grade one notebook sent as bytes; ``{"record": ...}`` or ``{"lost": ...}``."""
+    try:
+        xla_flags.chosen()
+    except ValueError as exc:
+        raise BadEnvironment(f"worker {_here()} refuses to grade: {exc}") from None
     root = course_root(bundle)
     iso = worker_isolation(request["isolation"])
     data: bytes = request["notebook"]
@@ -721,6 +731,10 @@ def _received(assignment: Assignment, path: Path, student: str, sha: str, future
         raise ClusterError(
             str(exc),
             "Install on the workers the same jaxgrade, jax and jaxlib as here (results graded so far are kept)",
+        ) from None
+    except BadEnvironment as exc:
+        raise ClusterError(
+            str(exc), "Set it on the workers as on this machine, or unset it there (results graded so far are kept)"
         ) from None
     except NoBubblewrap as exc:
         raise ClusterError(

@@ -409,7 +409,8 @@ def _set_trusted_devices(devices: int, *, fast_compile: bool = False) -> None:
     own, never a student's kernel (the in-notebook self-check passes no ``fast_compile``)."""
     wanted = [f"--xla_force_host_platform_device_count={devices}"] if devices > 1 else []
     if fast_compile and not xla_cache.jax_started():  # else JAX's cache key would name flags it does not use
-        wanted += xla_flags.fast_compile_flags()
+        users = {xla_flags.flag_name(word) for word in os.environ.get("XLA_FLAGS", "").split()}
+        wanted += [flag for flag in xla_flags.fast_compile_flags() if xla_flags.flag_name(flag) not in users]
     xla_flags.add_to_process(wanted)
 
 

@@ -23,9 +23,9 @@ compiles for compile time rather than run time (:data:`FAST_COMPILE_FLAGS`):
 - One LLVM module per program (``--xla_cpu_parallel_codegen_split_count=1``): XLA splits a
   program into parts to generate code on several threads, and a sandbox compiles on one.
 
-The flags only select code generation: IEEE arithmetic is kept (no fast-math), and results can
-differ from other flags' in the last bits (contracted multiply-adds), which every numeric check's
-tolerance absorbs; every check that compares exactly compares a sandbox's results with the same
+The flags only select how code is generated, not which operations are computed (none turns on
+XLA's fast-math, which is off by default); results can differ from other flags' in the last bits
+(contracted multiply-adds), which every numeric check's tolerance absorbs; every check that compares exactly compares a sandbox's results with the same
 sandbox's, or integers.  They decide nothing a test reads, and a sandbox that changed its own
 flags would only slow itself down.
 
@@ -37,7 +37,10 @@ grades without it, only slower (JAX 0.12, on Python 3.12+, has no older emitters
 ``JAXGRADE_FAST_COMPILE`` in the grader's environment chooses: ``0`` (or ``false``, ``no``,
 ``off``) none of them; unset, ``1`` (``true``, ``yes``, ``on``) all; or the names of the ones to
 keep, separated by commas (``xla_cpu_use_fusion_emitters`` keeps the older emitters and LLVM's
-passes, for a course whose notebooks run long element-wise computations).
+passes, for a course whose notebooks run long element-wise computations).  A name may carry the
+flag's value here (``--xla_backend_optimization_level=0``), never another: these are switches,
+not a way to pass XLA other values.  A trusted grading process keeps a flag of the same name
+that its own ``XLA_FLAGS`` sets.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ import logging
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 
 log = logging.getLogger(__name__)
@@ -101,37 +105,64 @@ def accepted(flags: tuple[str, ...]) -> bool:
     return ok
 
 
-def _name(flag: str) -> str:
+def flag_name(flag: str) -> str:
+    """``xla_backend_optimization_level`` for ``--xla_backend_optimization_level=0``."""
     return flag.lstrip("-").split("=", 1)[0]
+
+
+def _explicit() -> bool:
+    """Whether :data:`SWITCH` names the flags to keep (rather than all or none)."""
+    return os.environ.get(SWITCH, "1").strip().lower() not in _OFF + _ON
 
 
 def chosen() -> tuple[str, ...]:
     """The FAST_COMPILE_FLAGS that :data:`SWITCH` asks for (module docstring), before the probe.
-    A name that is none of them is an error, with the names there are."""
-    value = os.environ.get(SWITCH, "1").strip().lower()
+    A word that is none of them, or one of them with another value, is an error that says what
+    the setting takes."""
+    given = os.environ.get(SWITCH, "1")
+    value = given.strip().lower()
     if value in _OFF:
         return ()
     if value in _ON:
         return FAST_COMPILE_FLAGS
-    names = {_name(word) for word in value.replace(",", " ").split()}
-    unknown = names - {_name(flag) for flag in FAST_COMPILE_FLAGS}
-    if unknown:
+    ours = {flag_name(flag): flag for flag in FAST_COMPILE_FLAGS}
+    words = value.replace(",", " ").split()
+    wrong = [
+        word
+        for word in words
+        if flag_name(word) not in ours or ("=" in word and word.lstrip("-") != ours[flag_name(word)].lstrip("-"))
+    ]
+    if wrong or not words:
+        said = f"names {', '.join(wrong)}" if wrong else "names no flag"
         raise ValueError(
-            f"{SWITCH}={os.environ[SWITCH]!r} names {', '.join(sorted(unknown))}: it takes 0, 1 or names among "
-            + ", ".join(_name(flag) for flag in FAST_COMPILE_FLAGS)
+            f"{SWITCH}={given!r} {said}: it takes 0 (or false, no, off: none of the fast-compile flags), "
+            "1 (or true, yes, on: all of them), or the names of those to keep, separated by commas: " + ", ".join(ours)
         )
-    return tuple(flag for flag in FAST_COMPILE_FLAGS if _name(flag) in names)
+    names = {flag_name(word) for word in words}
+    return tuple(flag for flag in FAST_COMPILE_FLAGS if flag_name(flag) in names)
+
+
+@cache
+def _refused_by_hand(flag: str) -> None:
+    log.warning("%s names %s, which this jaxlib does not accept: sandboxes compile without it", SWITCH, flag)
 
 
 def fast_compile_flags() -> list[str]:
-    """The chosen FAST_COMPILE_FLAGS that this jaxlib accepts: one probe for all of them, and one
-    for each only where a jaxlib refuses them together."""
+    """The chosen FAST_COMPILE_FLAGS that this jaxlib accepts: one probe for all of them, and,
+    only where a jaxlib refuses them together, one for each (side by side).  A flag named by
+    hand that this jaxlib refuses is warned about (once per process)."""
     flags = chosen()
     if not flags:
         return []
     if accepted(flags):
         return list(flags)
-    return [flag for flag in flags if accepted((flag,))]
+    with ThreadPoolExecutor(len(flags)) as probes:
+        answers = list(probes.map(lambda flag: accepted((flag,)), flags))
+    if _explicit():
+        for flag, ok in zip(flags, answers):
+            if not ok:
+                _refused_by_hand(flag)
+    return [flag for flag, ok in zip(flags, answers) if ok]
 
 
 def sandbox_xla_flags(devices: int = 1) -> str:

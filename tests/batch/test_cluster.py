@@ -429,6 +429,31 @@ def test_a_worker_without_bubblewrap_refuses(cluster: distributed.LocalCluster, 
     assert "TIP: Install bubblewrap on the workers" in err and "or pass --isolation process" in err, err
 
 
+def _set_worker_env(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
+def test_a_worker_whose_fast_compile_setting_names_no_flag_refuses(
+    cluster: distributed.LocalCluster, course: Path, tmp_path: Path
+) -> None:
+    """The coordinator checks its own environment before it starts; a worker's is its own, and a
+    bad setting there is named with the worker, not a traceback or a class of lost results."""
+    folder = make_class(tmp_path / "class", {"s0": notebook("full")})
+    with distributed.Client(cluster, set_as_default=False) as client:
+        client.run(_set_worker_env, "JAXGRADE_FAST_COMPILE", "O0")
+        try:
+            code, err = grade(course, tmp_path / "out", folder, "--scheduler", cluster.scheduler_address)
+        finally:
+            client.run(_set_worker_env, "JAXGRADE_FAST_COMPILE", None)
+    assert code == 1, err
+    assert "refuses to grade: JAXGRADE_FAST_COMPILE='O0' names o0: it takes 0" in err, err
+    assert "TIP: Set it on the workers as on this machine, or unset it there" in err, err
+    assert "Traceback" not in err, err
+
+
 class _Answered:
     """What a finished future gives back (a value, or the exception Dask raises)."""
 
