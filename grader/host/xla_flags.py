@@ -16,18 +16,19 @@ compiles for compile time rather than run time (:data:`FAST_COMPILE_FLAGS`):
 - LLVM without its optimization passes (``--xla_backend_optimization_level=0``).  With the older
   emitters, LLVM's passes were half of each small program's compile: the evaluator's 25 modules
   of a vmap_convolve grading compiled in 0.99 CPU s instead of 2.2, and a class of prng_keys
-  notebooks graded in 0.76x the time (bench/README.md, "Session 25").  Element-wise loops that XLA generates run
-  up to about 3 times slower (a 4M-element fused expression: 20 ms against 7.6); matrix products
+  notebooks graded in 0.76x the time (bench/README.md, "Session 25").  Element-wise loops that
+  XLA generates run slower (a fused 4M-element expression: 20 ms against 7.6); matrix products
   and convolutions run in XLA's precompiled kernels, as before.  The limits (``cell_timeout``
-  60 s, ``call_timeout`` 120 s) leave that room many times over on the assignments' inputs.
+  60 s, ``call_timeout`` 120 s) leave that room many times over on the bundled assignments'
+  inputs.
 - One LLVM module per program (``--xla_cpu_parallel_codegen_split_count=1``): XLA splits a
   program into parts to generate code on several threads, and a sandbox compiles on one.
 
 The flags only select how code is generated, not which operations are computed (none turns on
-XLA's fast-math, which is off by default); results can differ from other flags' in the last bits
-(contracted multiply-adds), which every numeric check's tolerance absorbs; every check that compares exactly compares a sandbox's results with the same
-sandbox's, or integers.  They decide nothing a test reads, and a sandbox that changed its own
-flags would only slow itself down.
+XLA's fast-math, which is off by default).  Results can differ from other flags' in the last bits
+(contracted multiply-adds), which every numeric check's tolerance absorbs, and every check that
+compares exactly compares a sandbox's results with the same sandbox's, or integers.  They decide
+nothing a test reads, and a sandbox that changed its own flags would only slow itself down.
 
 XLA aborts a process whose ``XLA_FLAGS`` holds a flag it does not know (and ignores every flag
 after a word that is not a flag), so a flag beyond the first is used only after a trusted probe
