@@ -408,10 +408,9 @@ def _set_trusted_devices(devices: int, *, fast_compile: bool = False) -> None:
     in a third of the time).  Must run before JAX initialises a backend; a grading process's
     own, never a student's kernel (the in-notebook self-check passes no ``fast_compile``)."""
     wanted = [f"--xla_force_host_platform_device_count={devices}"] if devices > 1 else []
-    if fast_compile and not xla_cache.jax_started():  # else JAX's cache key would name flags it does not use
-        users = {xla_flags.flag_name(word) for word in os.environ.get("XLA_FLAGS", "").split()}
-        wanted += [flag for flag in xla_flags.fast_compile_flags() if xla_flags.flag_name(flag) not in users]
-    xla_flags.add_to_process(wanted)
+    # without fast_compile, or once JAX has started (its cache key would name flags it does not use)
+    fast = xla_flags.fast_compile_flags() if fast_compile and not xla_cache.jax_started() else []
+    xla_flags.add_to_process(wanted, defaults=fast)
 
 
 def _check_trusted_devices(assignment: Assignment) -> None:

@@ -50,6 +50,7 @@ import logging
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 
@@ -143,27 +144,25 @@ def chosen() -> tuple[str, ...]:
     return tuple(flag for flag in FAST_COMPILE_FLAGS if flag_name(flag) in names)
 
 
-@cache
-def _refused_by_hand(flag: str) -> None:
-    log.warning("%s names %s, which this jaxlib does not accept: sandboxes compile without it", SWITCH, flag)
-
-
 def fast_compile_flags() -> list[str]:
-    """The chosen FAST_COMPILE_FLAGS that this jaxlib accepts: one probe for all of them, and,
-    only where a jaxlib refuses them together, one for each (side by side).  A flag named by
-    hand that this jaxlib refuses is warned about (once per process)."""
+    """The chosen FAST_COMPILE_FLAGS that this jaxlib accepts (:func:`_usable`)."""
     flags = chosen()
-    if not flags:
-        return []
+    return list(_usable(flags, _explicit())) if flags else []
+
+
+@cache
+def _usable(flags: tuple[str, ...], by_hand: bool) -> tuple[str, ...]:
+    """Those of ``flags`` this jaxlib accepts, found once per process (every sandbox asks): one
+    probe for all of them, and, only where a jaxlib refuses them together, one for each (side
+    by side).  A flag named ``by_hand`` that it refuses is warned about."""
     if accepted(flags):
-        return list(flags)
+        return flags
     with ThreadPoolExecutor(len(flags)) as probes:
         answers = list(probes.map(lambda flag: accepted((flag,)), flags))
-    if _explicit():
-        for flag, ok in zip(flags, answers):
-            if not ok:
-                _refused_by_hand(flag)
-    return [flag for flag, ok in zip(flags, answers) if ok]
+    for flag, ok in zip(flags, answers):
+        if by_hand and not ok:
+            log.warning("%s names %s, which this jaxlib does not accept: sandboxes compile without it", SWITCH, flag)
+    return tuple(flag for flag, ok in zip(flags, answers) if ok)
 
 
 def sandbox_xla_flags(devices: int = 1) -> str:
@@ -178,11 +177,14 @@ def sandbox_xla_flags(devices: int = 1) -> str:
 _GIVEN: list[str | None] = []
 
 
-def add_to_process(flags: list[str]) -> None:
+def add_to_process(flags: Sequence[str], defaults: Sequence[str] = ()) -> None:
     """Add ``flags`` to this (trusted) process's own ``XLA_FLAGS``, for its JAX (before it starts
-    a backend), remembering the value it was given (:func:`given_environ`)."""
+    a backend), remembering the value it was given (:func:`given_environ`); and ``defaults``
+    where ``XLA_FLAGS`` names no flag of the same name (the user's value is kept)."""
     current = os.environ.get("XLA_FLAGS")
-    missing = [flag for flag in flags if flag not in (current or "").split()]
+    named = {flag_name(word) for word in (current or "").split()}
+    wanted = [*flags, *(flag for flag in defaults if flag_name(flag) not in named)]
+    missing = [flag for flag in wanted if flag not in (current or "").split()]
     if not missing:
         return
     if not _GIVEN:

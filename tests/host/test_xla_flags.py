@@ -31,9 +31,11 @@ FAST = tuple(f for f in xla_flags.FAST_COMPILE_FLAGS if f != EMITTERS or _has_ol
 @pytest.fixture(autouse=True)
 def _fresh_probe(monkeypatch):
     PROBE.cache_clear()
+    xla_flags._usable.cache_clear()  # what the probes said, kept per process (and per stand-in here)
     monkeypatch.setattr(xla_flags, "_GIVEN", [])  # what this process was given: recorded afresh
     yield
     PROBE.cache_clear()
+    xla_flags._usable.cache_clear()
 
 
 def test_the_probe_accepts_what_this_jaxlib_knows_and_refuses_what_it_does_not():
@@ -215,7 +217,6 @@ def test_a_word_that_is_none_of_them_is_refused_with_what_the_setting_takes(monk
 def test_a_flag_named_by_hand_that_this_jaxlib_refuses_is_warned_about_once(monkeypatch, caplog):
     """By default a refused flag is only left out (JAX 0.12 has no older emitters); a TA who
     named it should hear that it is not used."""
-    xla_flags._refused_by_hand.cache_clear()
     monkeypatch.setattr(xla_flags, "accepted", lambda flags: EMITTERS not in flags)
     monkeypatch.setenv(xla_flags.SWITCH, f"{xla_flags.flag_name(EMITTERS)},xla_backend_optimization_level")
     with caplog.at_level("WARNING", logger=xla_flags.__name__):
