@@ -34,6 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from compare import jaxgrade  # noqa: E402  (bench/compare.py: this checkout's grader, this course)
+
 from grader.host.xla_flags import FAST_COMPILE_FLAGS, SWITCH  # noqa: E402
 
 EMITTERS = "xla_cpu_use_fusion_emitters"
@@ -47,19 +49,7 @@ CHOICES = {
 
 def one_run(value: str, assignment: str, klass: Path, out: Path, cache: Path, jobs: int) -> dict[str, object]:
     env = {**os.environ, SWITCH: value, "JAXGRADE_CACHE_DIR": str(cache)}
-    cmd = [
-        sys.executable,
-        "-m",
-        "grader",
-        "grade",
-        "--assignment",
-        assignment,
-        "--out",
-        str(out),
-        "--jobs",
-        str(jobs),
-        str(klass),
-    ]
+    cmd = jaxgrade("grade", "--assignment", assignment, "--out", str(out), "--jobs", str(jobs), str(klass))
     t0 = time.monotonic()
     done = subprocess.run(cmd, env=env, cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True)
     wall = time.monotonic() - t0
