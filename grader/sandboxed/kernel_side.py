@@ -394,6 +394,52 @@ def answer(header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], byte
     return {**replace(resp, id=rid).encode(), **frag}, blob
 
 
+def forget_errors_after_each_cell() -> None:
+    """Let go of each failed cell's exception once the cell is over (an IPython ``post_run_cell``
+    callback; the worker registers it as the kernel starts): the local variables of the frames it
+    went through are cleared (:func:`traceback.clear_frames`), and IPython's references to it dropped.
+
+    IPython keeps the last exception for ``%debug`` and ``%tb``, which grading never uses: in
+    ``sys.last_*``, its traceback formatter and the last execution result.  The traceback holds
+    the frames of the code that raised and every local variable they had, so a cell that failed
+    after building large arrays (or Python 3.12's tokenizer, whose tokens of a 200,000-character
+    line filled the kernel's address space before its MemoryError) left that memory taken for the
+    rest of the grading, and the tests' calls ran out of it.  The reply to the cell, which is what
+    the worker reads of the error, is built from the execution result ipykernel holds itself:
+    nothing the grader reports changes."""
+    from IPython import get_ipython
+
+    ip = get_ipython()
+    if ip is not None and _forget_error not in ip.events.callbacks.get("post_run_cell", []):
+        ip.events.register("post_run_cell", _forget_error)
+
+
+def _forget_error(result: Any = None) -> None:
+    if result is None or getattr(result, "success", True):
+        return
+    # the frames' locals go now: ipykernel still holds the error until its reply is sent, and the
+    # frames and the error refer to each other (only a garbage collection, some time, would free them)
+    seen: set[int] = set()
+    error = getattr(result, "error_before_exec", None) or getattr(result, "error_in_exec", None)
+    while isinstance(error, BaseException) and id(error) not in seen and len(seen) < 100:
+        seen.add(id(error))
+        traceback.clear_frames(error.__traceback__)
+        error = error.__cause__ or error.__context__
+    for name in ("last_exc", "last_type", "last_value", "last_traceback"):
+        if hasattr(sys, name):
+            delattr(sys, name)
+    from IPython import get_ipython
+
+    ip = get_ipython()
+    if ip is None:
+        return
+    formatter = getattr(ip, "InteractiveTB", None)
+    if formatter is not None and hasattr(formatter, "tb"):
+        formatter.tb = None
+    if getattr(ip, "last_execution_result", None) is result:  # the same cell's, without its error
+        ip.last_execution_result = type(result)(result.info)
+
+
 def serve(req_path: str, resp_path: str) -> None:
     """Answer one request file; always writes a response frame."""
     with open(req_path, "rb") as f:

@@ -48,7 +48,9 @@ KERNEL_LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kern
 WARMUP = (
     "import numpy, jax, jax.numpy, os as __jaxgrade_os__, sys as __jaxgrade_sys__\n"
     "__jaxgrade_sys__.path.append(__jaxgrade_os__.getcwd())\n"
-    "del __jaxgrade_os__, __jaxgrade_sys__"
+    "del __jaxgrade_os__, __jaxgrade_sys__\n"
+    # a failed cell's frames (and their locals) are let go of once it is over
+    "__import__('grader.sandboxed.kernel_side', fromlist=['_']).forget_errors_after_each_cell()"
 )
 
 

@@ -401,3 +401,26 @@ def test_the_reaper_kills_a_child_forked_while_it_listed_proc(monkeypatch: pytes
     runner = SimpleNamespace(kernel_pid=lambda: None, own_pid_namespace=True, alive=False)
     assert NotebookRunner.reap_strays(runner) == 2  # type: ignore[arg-type]
     assert killed == [parent, child] and not procs
+
+
+def test_a_failed_cell_leaves_nothing_of_its_frames_alive_and_its_error_is_still_reported(tmp_path: Path) -> None:
+    """IPython keeps the last exception (for ``%debug``), and its traceback keeps the frames of the
+    code that raised, with their locals: a cell that failed after building large arrays held them
+    for the rest of the grading (on Python 3.12, the 4 GiB of tokens of a line that IPython's
+    tokenizer gave up on).  The kernel lets go of them once the cell is over; the cell's error
+    is reported as ever, and a later error too."""
+    runner = _runner(tmp_path, cell_timeout=60, max_restarts=0)
+    cells = [
+        "import gc, weakref\nimport numpy as np\n\nclass Table:\n    pass\n\nkept = []",
+        "def load():\n    table = Table()\n    table.rows = np.ones(1000)\n    kept.append(weakref.ref(table))\n"
+        "    raise FileNotFoundError('data.csv')\n\nload()",
+        "print(kept[0]() is None)",
+        "gc.collect()\nprint(kept[0]() is None)",
+        "1 / 0",
+    ]
+    statuses = _execute(runner, cells)
+    assert statuses == [(0, "ok"), (1, "error"), (2, "ok"), (3, "ok"), (4, "error")], runner.records
+    assert runner.records[1].ename == "FileNotFoundError" and "data.csv" in runner.records[1].evalue
+    assert runner.records[4].ename == "ZeroDivisionError", runner.records[4]
+    assert runner.records[3].output == "True\n", "the failed cell's locals are still alive"
+    assert runner.records[2].output == "True\n", "freed only by a garbage collection, not as the cell ended"
