@@ -7,6 +7,7 @@ Requests arrive as frame files in the scratch directory; responses are written b
 
 from __future__ import annotations
 
+import builtins
 import os
 import sys
 import time
@@ -394,6 +395,10 @@ def answer(header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], byte
     return {**replace(resp, id=rid).encode(), **frag}, blob
 
 
+#: Python 3.11's exception groups: their members' tracebacks hold frames too.
+_GROUPS: tuple[type, ...] = tuple(t for t in (getattr(builtins, "BaseExceptionGroup", None),) if t)
+
+
 def forget_errors_after_each_cell() -> None:
     """Let go of each failed cell's exception once the cell is over (an IPython ``post_run_cell``
     callback; the worker registers it as the kernel starts): the local variables of the frames it
@@ -415,16 +420,28 @@ def forget_errors_after_each_cell() -> None:
 
 
 def _forget_error(result: Any = None) -> None:
+    try:  # a callback that raises would print IPython's warning into the student's cell output
+        _forget(result)
+    except Exception:
+        pass
+
+
+def _forget(result: Any) -> None:
     if result is None or getattr(result, "success", True):
         return
     # the frames' locals go now: ipykernel still holds the error until its reply is sent, and the
     # frames and the error refer to each other (only a garbage collection, some time, would free them)
     seen: set[int] = set()
-    error = getattr(result, "error_before_exec", None) or getattr(result, "error_in_exec", None)
-    while isinstance(error, BaseException) and id(error) not in seen and len(seen) < 100:
+    errors = [getattr(result, "error_before_exec", None), getattr(result, "error_in_exec", None)]
+    while errors and len(seen) < 1000:  # the error, its cause and context, an exception group's members
+        error = errors.pop()
+        if not isinstance(error, BaseException) or id(error) in seen:
+            continue
         seen.add(id(error))
         traceback.clear_frames(error.__traceback__)
-        error = error.__cause__ or error.__context__
+        errors += [error.__cause__, error.__context__]
+        if isinstance(error, _GROUPS):
+            errors += list(error.exceptions)
     for name in ("last_exc", "last_type", "last_value", "last_traceback"):
         if hasattr(sys, name):
             delattr(sys, name)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
 from pathlib import Path
 from queue import Empty
@@ -413,14 +414,25 @@ def test_a_failed_cell_leaves_nothing_of_its_frames_alive_and_its_error_is_still
     cells = [
         "import gc, weakref\nimport numpy as np\n\nclass Table:\n    pass\n\nkept = []",
         "def load():\n    table = Table()\n    table.rows = np.ones(1000)\n    kept.append(weakref.ref(table))\n"
-        "    raise FileNotFoundError('data.csv')\n\nload()",
-        "print(kept[0]() is None)",
+        "    raise FileNotFoundError('data.csv')\n\nbefore = 'defined before the error'\nload()",
+        "print(kept[0]() is None, before, load.__name__)",
         "gc.collect()\nprint(kept[0]() is None)",
-        "1 / 0",
+        # an exception group (3.11+) whose member is also kept by the notebook: its frames are cleared all the same
+        "def deep():\n    rows = Table()\n    kept.append(weakref.ref(rows))\n    raise KeyError('x')\n\n"
+        "try:\n    deep()\nexcept KeyError as exc:\n    caught = exc\n\n"
+        + (
+            "raise ExceptionGroup('both', [caught, ValueError('y')])" if sys.version_info >= (3, 11) else "raise caught"
+        ),
+        "print(kept[1]() is None)",
     ]
     statuses = _execute(runner, cells)
-    assert statuses == [(0, "ok"), (1, "error"), (2, "ok"), (3, "ok"), (4, "error")], runner.records
+    assert statuses == [(0, "ok"), (1, "error"), (2, "ok"), (3, "ok"), (4, "error"), (5, "ok")], runner.records
     assert runner.records[1].ename == "FileNotFoundError" and "data.csv" in runner.records[1].evalue
-    assert runner.records[4].ename == "ZeroDivisionError", runner.records[4]
+    assert runner.records[4].ename == ("ExceptionGroup" if sys.version_info >= (3, 11) else "KeyError"), runner.records[
+        4
+    ]
+    assert runner.records[5].output == "True\n", "an exception group's members keep their frames"
     assert runner.records[3].output == "True\n", "the failed cell's locals are still alive"
-    assert runner.records[2].output == "True\n", "freed only by a garbage collection, not as the cell ended"
+    assert runner.records[2].output.startswith("True "), "freed only by a garbage collection, not as the cell ended"
+    # what the failed cell defined before its error is still there: only the frames' locals went
+    assert runner.records[2].output == "True defined before the error load\n", runner.records[2]
