@@ -400,61 +400,103 @@ _GROUPS: tuple[type, ...] = tuple(t for t in (getattr(builtins, "BaseExceptionGr
 
 
 def forget_errors_after_each_cell() -> None:
-    """Let go of each failed cell's exception once the cell is over (an IPython ``post_run_cell``
-    callback; the worker registers it as the kernel starts): the local variables of the frames it
-    went through are cleared (:func:`traceback.clear_frames`), and IPython's references to it dropped.
+    """Let go of a failed cell's exception once the cell is over: IPython callbacks the worker
+    registers as the kernel starts (``post_run_cell``, and ``pre_execute`` for what only a
+    garbage collection frees).
 
     IPython keeps the last exception for ``%debug`` and ``%tb``, which grading never uses: in
-    ``sys.last_*``, its traceback formatter and the last execution result.  The traceback holds
+    ``sys.last_*``, its traceback formatters and the last execution result.  The traceback holds
     the frames of the code that raised and every local variable they had, so a cell that failed
     after building large arrays (or Python 3.12's tokenizer, whose tokens of a 200,000-character
     line filled the kernel's address space before its MemoryError) left that memory taken for the
-    rest of the grading, and the tests' calls ran out of it.  The reply to the cell, which is what
-    the worker reads of the error, is built from the execution result ipykernel holds itself:
-    nothing the grader reports changes."""
+    rest of the grading, and the tests' calls ran out of it.  After each cell those references
+    are dropped; after a failed one, the local variables of every frame its exception (its cause
+    and context, an exception group's members) went through are cleared
+    (:func:`traceback.clear_frames`): a name the notebook keeps (``saved = exc``) keeps the
+    exception, not its frames' locals.  An error in transforming the cell (IPython syntax) is
+    also held by ipykernel's own first transform, in a reference cycle that lives until the reply
+    is sent: the garbage is collected as the next execution starts.
+
+    Nothing the grader reports changes: the cell's reply carries the traceback text IPython
+    formatted as the error was shown, before these callbacks, and its ename and evalue, which
+    clearing frames does not change."""
     from IPython import get_ipython
 
     ip = get_ipython()
-    if ip is not None and _forget_error not in ip.events.callbacks.get("post_run_cell", []):
-        ip.events.register("post_run_cell", _forget_error)
+    if ip is None:
+        return
+    for event, callback in (("post_run_cell", _forget_error), ("pre_execute", _collect_if_asked)):
+        if callback not in ip.events.callbacks.get(event, []):
+            ip.events.register(event, callback)
+
+
+#: Whether the next execution starts with a garbage collection (a cell failed in its transform).
+_COLLECT = [False]
 
 
 def _forget_error(result: Any = None) -> None:
-    try:  # a callback that raises would print IPython's warning into the student's cell output
+    try:  # a callback that raises (or is interrupted) would print IPython's warning into the cell's output
         _forget(result)
-    except Exception:
+    except BaseException:  # the cell is over: there is nothing left for an interrupt to stop
         pass
 
 
+def _clear_frames(tb: Any) -> None:
+    """:func:`traceback.clear_frames`, and on Python 3.12 and before, the frames' copies of their
+    locals too: a frame whose ``f_locals`` was read (IPython's traceback formatter reads them)
+    keeps a dict of them that ``frame.clear()`` leaves; reading ``f_locals`` again brings that
+    dict up to date with the cleared frame (from 3.13 ``f_locals`` is a view and holds nothing)."""
+    traceback.clear_frames(tb)
+    while tb is not None:
+        tb.tb_frame.f_locals  # noqa: B018 - read for its effect
+        tb = tb.tb_next
+
+
+def _collect_if_asked() -> None:
+    if _COLLECT[0]:
+        _COLLECT[0] = False
+        try:
+            import gc
+
+            gc.collect()
+        except BaseException:
+            pass
+
+
 def _forget(result: Any) -> None:
+    from IPython import get_ipython
+
+    for name in ("last_exc", "last_type", "last_value", "last_traceback"):
+        if hasattr(sys, name):
+            delattr(sys, name)
+    ip = get_ipython()
+    if ip is not None:
+        for formatter, attribute in (
+            (getattr(ip, "InteractiveTB", None), "tb"),
+            (getattr(ip, "SyntaxTB", None), "last_syntax_error"),
+        ):
+            if formatter is not None and hasattr(formatter, attribute):
+                setattr(formatter, attribute, None)
     if result is None or getattr(result, "success", True):
         return
     # the frames' locals go now: ipykernel still holds the error until its reply is sent, and the
     # frames and the error refer to each other (only a garbage collection, some time, would free them)
     seen: set[int] = set()
     errors = [getattr(result, "error_before_exec", None), getattr(result, "error_in_exec", None)]
+    _COLLECT[0] = _COLLECT[0] or errors[0] is not None
     while errors and len(seen) < 1000:  # the error, its cause and context, an exception group's members
         error = errors.pop()
         if not isinstance(error, BaseException) or id(error) in seen:
             continue
         seen.add(id(error))
-        traceback.clear_frames(error.__traceback__)
+        _clear_frames(error.__traceback__)
         errors += [error.__cause__, error.__context__]
         if isinstance(error, _GROUPS):
             errors += list(error.exceptions)
-    for name in ("last_exc", "last_type", "last_value", "last_traceback"):
-        if hasattr(sys, name):
-            delattr(sys, name)
-    from IPython import get_ipython
-
-    ip = get_ipython()
-    if ip is None:
-        return
-    formatter = getattr(ip, "InteractiveTB", None)
-    if formatter is not None and hasattr(formatter, "tb"):
-        formatter.tb = None
-    if getattr(ip, "last_execution_result", None) is result:  # the same cell's, without its error
-        ip.last_execution_result = type(result)(result.info)
+    if ip is not None and getattr(ip, "last_execution_result", None) is result:  # the same cell's, without its error
+        kept = type(result)(result.info)
+        kept.execution_count = result.execution_count
+        ip.last_execution_result = kept
 
 
 def serve(req_path: str, resp_path: str) -> None:

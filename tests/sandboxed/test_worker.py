@@ -428,6 +428,13 @@ def test_a_failed_cell_leaves_nothing_of_its_frames_alive_and_its_error_is_still
     statuses = _execute(runner, cells)
     assert statuses == [(0, "ok"), (1, "error"), (2, "ok"), (3, "ok"), (4, "error"), (5, "ok")], runner.records
     assert runner.records[1].ename == "FileNotFoundError" and "data.csv" in runner.records[1].evalue
+    # located at the student's line, in the function the cell called (from the reply's traceback)
+    where = runner.records[1].location
+    assert where is not None and (where.cell, where.lineno, where.text) == (
+        1,
+        5,
+        "raise FileNotFoundError('data.csv')",
+    ), where
     assert runner.records[4].ename == ("ExceptionGroup" if sys.version_info >= (3, 11) else "KeyError"), runner.records[
         4
     ]
