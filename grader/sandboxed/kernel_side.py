@@ -8,6 +8,7 @@ Requests arrive as frame files in the scratch directory; responses are written b
 from __future__ import annotations
 
 import builtins
+import inspect
 import os
 import sys
 import time
@@ -441,14 +442,25 @@ def _forget_error(result: Any = None) -> None:
         pass
 
 
+#: Code that can be suspended (generators, coroutines): clearing a suspended one's frame would
+#: close it (Python 3.12 and before), and the notebook may still resume it.
+_SUSPENDABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
+
+
 def _clear_frames(tb: Any) -> None:
-    """:func:`traceback.clear_frames`, and on Python 3.12 and before, the frames' copies of their
-    locals too: a frame whose ``f_locals`` was read (IPython's traceback formatter reads them)
-    keeps a dict of them that ``frame.clear()`` leaves; reading ``f_locals`` again brings that
-    dict up to date with the cleared frame (from 3.13 ``f_locals`` is a view and holds nothing)."""
-    traceback.clear_frames(tb)
+    """:func:`traceback.clear_frames`, except the frames of generators and coroutines, and on
+    Python 3.12 and before, the frames' copies of their locals too: a frame whose ``f_locals`` was
+    read (IPython's traceback formatter reads them) keeps a dict of them that ``frame.clear()``
+    leaves; reading ``f_locals`` again brings that dict up to date with the cleared frame (from
+    3.13 ``f_locals`` is a view and holds nothing)."""
     while tb is not None:
-        tb.tb_frame.f_locals  # noqa: B018 - read for its effect
+        frame = tb.tb_frame
+        if not frame.f_code.co_flags & _SUSPENDABLE:
+            try:
+                frame.clear()
+            except RuntimeError:  # still running (a frame that caught the error)
+                pass
+            frame.f_locals  # noqa: B018 - read for its effect
         tb = tb.tb_next
 
 

@@ -424,9 +424,23 @@ def test_a_failed_cell_leaves_nothing_of_its_frames_alive_and_its_error_is_still
             "raise ExceptionGroup('both', [caught, ValueError('y')])" if sys.version_info >= (3, 11) else "raise caught"
         ),
         "print(kept[1]() is None)",
+        # a generator the error went through, still suspended: the notebook can resume it
+        "def produce():\n    try:\n        yield 1\n    except KeyError as exc:\n        kept.append(exc)\n        yield 2\n        yield 3\n\n"
+        "gen = produce()\nnext(gen)\ngen.throw(KeyError('k'))\nraise kept[-1]",
+        "print(next(gen))",
     ]
     statuses = _execute(runner, cells)
-    assert statuses == [(0, "ok"), (1, "error"), (2, "ok"), (3, "ok"), (4, "error"), (5, "ok")], runner.records
+    assert statuses == [
+        (0, "ok"),
+        (1, "error"),
+        (2, "ok"),
+        (3, "ok"),
+        (4, "error"),
+        (5, "ok"),
+        (6, "error"),
+        (7, "ok"),
+    ], runner.records
+    assert runner.records[7].output == "3\n", "a suspended generator in the traceback was closed"
     assert runner.records[1].ename == "FileNotFoundError" and "data.csv" in runner.records[1].evalue
     # located at the student's line, in the function the cell called (from the reply's traceback)
     where = runner.records[1].location
