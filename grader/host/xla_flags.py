@@ -112,21 +112,21 @@ def flag_name(flag: str) -> str:
     return flag.lstrip("-").split("=", 1)[0]
 
 
-def _explicit() -> bool:
-    """Whether :data:`SWITCH` names the flags to keep (rather than all or none)."""
-    return os.environ.get(SWITCH, "1").strip().lower() not in _OFF + _ON
-
-
 def chosen() -> tuple[str, ...]:
     """The FAST_COMPILE_FLAGS that :data:`SWITCH` asks for (module docstring), before the probe.
     A word that is none of them, or one of them with another value, is an error that says what
     the setting takes."""
+    return _choice()[0]
+
+
+def _choice() -> tuple[tuple[str, ...], bool]:
+    """:func:`chosen`, and whether :data:`SWITCH` named the flags by hand (rather than all or none)."""
     given = os.environ.get(SWITCH, "1")
     value = given.strip().lower()
     if value in _OFF:
-        return ()
+        return (), False
     if value in _ON:
-        return FAST_COMPILE_FLAGS
+        return FAST_COMPILE_FLAGS, False
     ours = {flag_name(flag): flag for flag in FAST_COMPILE_FLAGS}
     words = value.replace(",", " ").split()
     wrong = [
@@ -141,13 +141,13 @@ def chosen() -> tuple[str, ...]:
             "1 (or true, yes, on: all of them), or the names of those to keep, separated by commas: " + ", ".join(ours)
         )
     names = {flag_name(word) for word in words}
-    return tuple(flag for flag in FAST_COMPILE_FLAGS if flag_name(flag) in names)
+    return tuple(flag for flag in FAST_COMPILE_FLAGS if flag_name(flag) in names), True
 
 
 def fast_compile_flags() -> list[str]:
     """The chosen FAST_COMPILE_FLAGS that this jaxlib accepts (:func:`_usable`)."""
-    flags = chosen()
-    return list(_usable(flags, _explicit())) if flags else []
+    flags, by_hand = _choice()
+    return list(_usable(flags, by_hand)) if flags else []
 
 
 @cache

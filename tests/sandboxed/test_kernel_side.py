@@ -35,3 +35,33 @@ def test_the_key_reuse_checker_sees_a_reuse_in_a_function_the_notebook_already_r
     with kernel_side._key_reuse(False):  # off: nothing dropped, nothing checked
         assert len(_init(widths, random.key(2))) == 3
     assert cleared == ([True] if Version(version) < Version(kernel_side.KEY_REUSE_RECOMPILES) else [])
+
+
+def test_an_error_in_transforming_a_cell_is_collected_as_the_next_execution_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ipykernel transforms a cell once more itself, and an error there lives in a reference
+    cycle until its reply is sent (Python 3.12's tokenizer left 4 GiB of tokens in one): the
+    callback after such a cell asks for one garbage collection as the next execution starts;
+    after an error in running the cell, or none, nothing is asked."""
+    import gc
+    from types import SimpleNamespace
+
+    collected: list[bool] = []
+    monkeypatch.setattr(gc, "collect", lambda *a: collected.append(True) or 0)
+    monkeypatch.setattr(kernel_side, "_COLLECT", [False])
+
+    def result(before: BaseException | None = None, during: BaseException | None = None) -> SimpleNamespace:
+        return SimpleNamespace(
+            success=before is None and during is None, error_before_exec=before, error_in_exec=during
+        )
+
+    for cell in (result(), result(during=ValueError("in the cell"))):
+        kernel_side._forget_error(cell)
+        kernel_side._collect_if_asked()
+    assert collected == []
+    kernel_side._forget_error(result(before=MemoryError()))
+    assert collected == []  # not while ipykernel still holds the error
+    kernel_side._collect_if_asked()
+    kernel_side._collect_if_asked()
+    assert collected == [True]
