@@ -10,7 +10,10 @@ referenced from the tree by index.  :func:`unpack_values` is the trusted side's 
 only the tags below, numeric dtypes, bounded sizes and depths, and returns exact
 ``np.ndarray`` objects, so nothing a student's process sends can carry behaviour.
 
-This module is imported on both sides of the boundary and must not import jax at module level.
+This module is imported on both sides of the boundary and must not import jax at module level,
+nor NumPy: the sandboxed worker relays frames without decoding their arrays, and NumPy was a
+fifth of its imports' CPU at every sandbox's start (bench/README.md, "Session 27").  Each
+function that handles arrays imports it.
 """
 
 from __future__ import annotations
@@ -23,9 +26,10 @@ import select
 import struct
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "MAGIC",
@@ -114,6 +118,8 @@ def abstract(value: Any) -> Any:
         return {k: abstract(v) for k, v in value.items()}
     if isinstance(value, PRNGKeyData):
         return ShapeSpec(tuple(value.data.shape[:-1]), "key", value.impl)
+    import numpy as np
+
     if isinstance(value, (bool, int, float, complex, np.ndarray, np.generic)):
         arr = np.asarray(value)
         return ShapeSpec(tuple(int(d) for d in arr.shape), arr.dtype.name)
@@ -211,6 +217,8 @@ class ValueEncoder:
         return list(self._lengths)
 
     def _add_array(self, arr: np.ndarray) -> int:
+        import numpy as np
+
         buf = io.BytesIO()
         np.lib.format.write_array(buf, np.asarray(arr, order="C"), allow_pickle=False)  # keeps 0-d shapes
         data = buf.getvalue()
@@ -245,6 +253,8 @@ class ValueEncoder:
                 if not isinstance(k, str):
                     raise TypeError(f"dict keys must be strings, got {type(k).__name__}")
             return {"t": "dict", "k": [str(k) for k in keys], "v": [self.encode(obj[k], depth + 1) for k in keys]}
+        import numpy as np
+
         if isinstance(obj, np.ndarray) or isinstance(obj, np.generic):
             arr = np.asarray(obj)
             kind = "numpy_scalar" if isinstance(obj, np.generic) else "numpy"
@@ -265,6 +275,7 @@ class ValueEncoder:
 
     def _encode_jax(self, obj: Any) -> dict[str, Any]:
         import jax
+        import numpy as np
 
         if isinstance(obj, jax.Array):
             if jax.dtypes.issubdtype(obj.dtype, jax.dtypes.prng_key):
@@ -290,6 +301,10 @@ def _load_arrays(lengths: Any, payload: bytes, limits: Limits) -> list[np.ndarra
     if sum(lengths) > limits.max_total_bytes:
         raise ProtocolError("values exceed the total size cap")
     arrays: list[np.ndarray] = []
+    if not lengths:
+        return arrays
+    import numpy as np
+
     offset = 0
     view = memoryview(payload)
     for n in lengths:

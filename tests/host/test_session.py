@@ -9,6 +9,7 @@ made after every failure are still there to call, export and evaluate.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -25,6 +26,7 @@ from grader.host.session import (
     StudentRaised,
     SubmissionError,
 )
+from tests.minicourse import procs_with
 
 CELL_TIMEOUT = 8.0  # small, with headroom for a loaded 2-core machine
 CALL_TIMEOUT = 15.0
@@ -202,6 +204,27 @@ def test_call_round_trips_arrays_and_keeps_shapes(session):
         np.testing.assert_array_equal(v, x + 1)
     s = session.call("scalar_sum", np.ones(4, np.float32)).value
     assert type(s) is np.ndarray and s.shape == () and s == 4.0
+
+
+def test_the_worker_relays_arrays_without_loading_numpy(session):
+    """The worker passes request and reply frames on without decoding their arrays, so it never
+    imports NumPy (a fifth of its imports' CPU at every sandbox's start; bench/README.md,
+    "Session 27"): after calls that carried arrays both ways, NumPy's core library is mapped
+    in the kernel's process, which computed them, and not in the worker's."""
+    session.call("add", np.ones((2, 3), np.float32), np.float32(1.0))
+    maps = {}
+    for pid in procs_with(f"JAXGRADE_SANDBOX={session.worker.marker}"):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            text = Path(f"/proc/{pid}/maps").read_text()
+        except OSError:
+            continue
+        for role, word in (("worker", b"grader.sandboxed.worker"), ("kernel", b"kernel_launcher.py")):
+            if any(word in arg for arg in cmdline):
+                maps[role] = text
+    assert set(maps) == {"worker", "kernel"}, sorted(maps)
+    assert "_multiarray_umath" in maps["kernel"]
+    assert "_multiarray_umath" not in maps["worker"]
 
 
 def test_tracer_bool_error_is_reported_with_the_students_line(session):
