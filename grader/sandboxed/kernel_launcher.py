@@ -18,6 +18,7 @@ shadows nothing the kernel imports.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from typing import Any
 
@@ -43,6 +44,9 @@ def main() -> None:
     from grader.sandboxed.rlimits import drop_start_folder
 
     drop_start_folder()  # this file's folder
+    # the worker's choice of nbformat validator for its own cells (worker.validate_cells_only),
+    # not the student's: the sandbox's environment (grader.host.sandbox.sandbox_env) sets none
+    os.environ.pop("NBFORMAT_VALIDATOR", None)
     refuse = _Refuse()
     sys.meta_path.insert(0, refuse)
     try:

@@ -42,6 +42,8 @@ SEND_TIMEOUT = 5.0
 PROBE_FLOOR = 1.0
 #: Passes over /proc that :meth:`NotebookRunner.reap_strays` makes at most, until one finds nothing.
 REAP_PASSES = 10
+#: The variable that chooses nbformat's validator (:func:`validate_cells_only`).
+NBFORMAT_VALIDATOR = "NBFORMAT_VALIDATOR"
 #: The script the kernel is started as (ipykernel without its debugger), by its path: ``python -m``
 #: would look the module up in the kernel's working directory, the scratch folder, first.
 KERNEL_LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel_launcher.py")
@@ -608,6 +610,32 @@ def _patch_reply_capture(runner: NotebookRunner) -> None:
 _R = TypeVar("_R", bound=messages.Request)
 
 
+def validate_cells_only() -> None:
+    """Have nbformat check the cells and outputs this process builds (nbclient's outputs, the
+    requests' cells) with jsonschema, which checked them before too, without first compiling
+    fastjsonschema's validator of whole notebooks, which no worker uses (:func:`read_notebook`).
+
+    nbformat validates a cell or an output with jsonschema whichever validator is chosen (its
+    fastjsonschema validator hands a part of the schema over to jsonschema), but building the
+    default one compiles the whole schema into Python code: 0.14 to 0.18 CPU s at every
+    worker's first output, for nothing (bench/worker_start.py).  ``NBFORMAT_VALIDATOR`` is read
+    as the first validator is built; the kernel launcher takes it out of the kernel's environment
+    (:mod:`grader.sandboxed.kernel_launcher`), so the student's own nbformat is as ever."""
+    os.environ[NBFORMAT_VALIDATOR] = "jsonschema"
+
+
+def read_notebook(path: str) -> Any:
+    """The notebook the trusted side wrote into the scratch folder, as ``nbformat.read(path,
+    as_version=4)`` gives it, without its whole-notebook validation: that only logs what it
+    finds, and the trusted side judged the notebook before it was sent (``grader.intake``).
+    With jsonschema (:func:`validate_cells_only`) it would take seconds for a notebook of
+    thousands of cells."""
+    import nbformat
+
+    with open(path, encoding="utf-8") as f:
+        return nbformat.convert(nbformat.reader.reads(f.read()), 4)
+
+
 def _expect(proto_in: int, cls: type[_R]) -> _R | None:
     """The host's next request, which must be a ``cls``; None (the worker exits) otherwise."""
     header, _ = protocol.read_frame(proto_in)
@@ -625,6 +653,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     apply_limits(args)
     _undumpable()
+    validate_cells_only()
 
     # Keep the protocol pipes private; everything the kernel inherits goes to a log file.
     proto_in, proto_out = os.dup(0), os.dup(1)
@@ -658,9 +687,7 @@ def main(argv: list[str] | None = None) -> int:
     if execute is None:  # closed (or garbage) before any notebook: the kernel goes with the worker
         runner.kill()
         return 2
-    import nbformat
-
-    nb = nbformat.read(os.path.join(args.scratch, execute.notebook), as_version=4)
+    nb = read_notebook(os.path.join(args.scratch, execute.notebook))
     t0 = time.monotonic()
     runner.execute_notebook(
         nb,

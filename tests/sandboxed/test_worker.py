@@ -10,6 +10,7 @@ import asyncio
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from queue import Empty
 from typing import Any
@@ -17,7 +18,16 @@ from typing import Any
 import nbformat
 import pytest
 
-from grader.sandboxed.worker import IOPUB_TIMEOUT, NotebookRunner, _has_marker, _patch_reply_capture, _until_ready
+from grader.sandboxed.worker import (
+    IOPUB_TIMEOUT,
+    NBFORMAT_VALIDATOR,
+    NotebookRunner,
+    _has_marker,
+    _patch_reply_capture,
+    _until_ready,
+    read_notebook,
+    validate_cells_only,
+)
 
 
 class StandInClient:
@@ -457,3 +467,70 @@ def test_a_failed_cell_leaves_nothing_of_its_frames_alive_and_its_error_is_still
     assert runner.records[2].output.startswith("True "), "freed only by a garbage collection, not as the cell ended"
     # what the failed cell defined before its error is still there: only the frames' locals went
     assert runner.records[2].output == "True defined before the error load\n", runner.records[2]
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _without_ids(node: Any) -> Any:
+    """``node`` without its cells' ids (which nbformat's validation adds where a 4.5 notebook
+    lacks them, and which nothing sends to the kernel: nbclient does not)."""
+    if isinstance(node, dict):
+        return {k: _without_ids(v) for k, v in node.items() if k != "id"}
+    if isinstance(node, list):
+        return [_without_ids(v) for v in node]
+    return node
+
+
+@pytest.mark.filterwarnings("ignore:Cell is missing an id field")  # nbformat.read's, on a Colab notebook
+def test_the_worker_reads_every_notebook_of_the_repository_as_nbformat_reads_it() -> None:
+    """``read_notebook`` leaves out nbformat.read's whole-notebook validation, which only logged
+    what it found: the notebooks it gives are the same, cell ids aside, and so are its errors."""
+    paths = sorted(p for folder in ("tests", "examples", "assignments") for p in (REPO / folder).rglob("*.ipynb"))
+    assert len(paths) > 200
+
+    def outcome(read: Callable[[Path], Any], path: Path) -> Any:
+        try:
+            return _without_ids(read(path))
+        except Exception as exc:  # the corpora hold a notebook that is not JSON
+            return type(exc)
+
+    for path in paths:
+        ours = outcome(lambda p: read_notebook(str(p)), path)
+        assert ours == outcome(lambda p: nbformat.read(p, as_version=4), path), path
+
+
+def test_the_worker_checks_its_cells_and_outputs_without_building_a_whole_notebook_validator_and_the_kernel_keeps_nbformats_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``validate_cells_only``: the worker's outputs and request cells are still validated (by
+    jsonschema, as before), fastjsonschema's whole-notebook validator (0.14 to 0.18 CPU s to
+    build) is never built, and the kernel's environment does not carry the worker's choice."""
+    import nbformat.validator
+
+    monkeypatch.setattr(nbformat.validator, "validators", {})  # nbformat's cache of built validators
+    monkeypatch.setenv(NBFORMAT_VALIDATOR, "fastjsonschema")  # restored after the test
+    validate_cells_only()
+    path = tmp_path / "submission.ipynb"
+    nbformat.write(
+        _notebook(
+            "import os\nprint(os.environ.get('NBFORMAT_VALIDATOR'))",
+            "from IPython.display import HTML\nHTML('<b>x</b>')",
+        ),
+        path,
+    )
+    nb = read_notebook(str(path))
+    runner = _runner(tmp_path, cell_timeout=60, max_restarts=0)
+    runner.start()
+    try:
+        runner.execute_notebook(nb)
+        status, _ = runner._synthetic("1 + 1", 30)  # a request's cell
+    finally:
+        runner.kill()
+    assert [r.status for r in runner.records] == ["ok", "ok"], runner.records
+    assert runner.records[0].output == "None\n", runner.records[0]
+    assert status == "ok"
+    built = {type(v).__name__ for v in nbformat.validator.validators.values()}
+    assert built == {"JsonSchemaValidator"}, built  # outputs were checked, by jsonschema only
+    with pytest.raises(nbformat.ValidationError):  # and a malformed one is still refused
+        nbformat.v4.new_output("display_data", data=5)
