@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""This checkout against another commit of jaxgrade (the baseline), side by side in one run: a
+class graded by each.
+
+The baseline is extracted with ``git archive`` into a temporary folder (nothing in the repository
+changes) and runs with this checkout's Python environment.  Each run is ``python -m grader
+--course C grade --assignment A --out OUT --jobs J CLASS`` in a process of its own, started in
+its version's folder (so ``-m grader`` is that version's package and the course its
+assignments), with a fresh cache home (``JAXGRADE_CACHE_DIR``): a first run, as a TA's first
+batch.  The versions alternate (``--rounds``; each round starts with the next one), so that the
+machine's drift falls on both.  Printed: ``bench/machine.py``'s reading of the machine, then for
+each version the wall time of each run, and over the records the sandboxes' CPU seconds and the
+seconds of startup (sandbox, worker, kernel) and in tests, per notebook; and whether every record
+(its status, score, and each test's name, status and score) is the same in every run.  The exit
+status is 1 where one is not, or where a run did not grade every notebook.  Figures only.
+
+    python bench/versions.py --baseline HEAD~3                      # the sample class
+    python bench/versions.py --baseline v0.1 --assignment prng_keys --class tests/corpus/prng_keys
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from machine import reading  # noqa: E402
+
+
+def extract(rev: str, dest: Path) -> str:
+    """The tree of ``rev`` in ``dest``; its full commit id."""
+    commit = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--verify", f"{rev}^{{commit}}"], capture_output=True, text=True
+    )
+    if commit.returncode:
+        sys.exit(f"not a commit of this repository: {rev!r}")
+    tar = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "--format=tar", commit.stdout.strip()], capture_output=True
+    )
+    if tar.returncode:
+        sys.exit(f"git archive {rev} failed: {tar.stderr.decode(errors='replace')[-2000:]}")
+    dest.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(tar.stdout)) as archive:
+        archive.extractall(dest, filter="data")
+    return commit.stdout.strip()
+
+
+def one_run(tree: Path, assignment: str, klass: Path, out: Path, cache: Path, jobs: int) -> dict[str, object]:
+    env = {**os.environ, "JAXGRADE_CACHE_DIR": str(cache)}
+    cmd = [sys.executable, "-m", "grader", "--course", str(tree), "grade", "--assignment", assignment]
+    cmd += ["--out", str(out), "--jobs", str(jobs), str(klass)]
+    t0 = time.monotonic()
+    done = subprocess.run(cmd, env=env, cwd=tree, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    wall = time.monotonic() - t0
+    if done.returncode not in (0, 1):  # 1: some submission failed to grade cleanly, still a result
+        sys.exit(f"{' '.join(cmd)} (in {tree}) ended with {done.returncode}:\n{done.stderr[-2000:]}")
+    records = [json.loads(p.read_text()) for p in sorted((out / "results").glob("*.json"))]
+    timings = [r.get("timings", {}) for r in records]
+    return {
+        "wall": wall,
+        "n": len(records),
+        **{k: sum(t.get(k, 0.0) for t in timings) for k in ("cpu", "startup", "tests")},
+        "verdicts": {
+            r["student"]: [
+                r.get("status"),
+                r.get("score"),
+                [(t.get("name"), t.get("status"), t.get("score")) for t in r.get("tests", [])],
+            ]
+            for r in records
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    p.add_argument("--baseline", required=True, help="a commit, branch or tag of this repository")
+    p.add_argument("--assignment", default="vmap_convolve")
+    p.add_argument(
+        "--class", dest="klass", type=Path, default=ROOT / "examples" / "class", help="a folder of notebooks"
+    )
+    p.add_argument("--jobs", type=int, default=2, help="notebooks at once (default 2)")
+    p.add_argument("--rounds", type=int, default=3, help="runs of each version, alternating (default 3)")
+    args = p.parse_args(argv)
+    klass = args.klass.resolve()
+    n = len(list(klass.glob("*.ipynb")))
+    if not n:
+        sys.exit(f"no notebooks in {klass}")
+    print(reading(), flush=True)
+    runs: dict[str, list[dict[str, object]]] = {}
+    with tempfile.TemporaryDirectory(prefix="jaxgrade-versions-") as tmp:
+        commit = extract(args.baseline, Path(tmp) / "baseline")
+        versions = [(f"baseline {args.baseline} ({commit[:9]})", Path(tmp) / "baseline"), ("this checkout", ROOT)]
+        for r in range(args.rounds):
+            for i, (label, tree) in enumerate(versions[r % 2 :] + versions[: r % 2]):
+                home = Path(tmp) / f"{r}-{i}"
+                got = one_run(tree, args.assignment, klass, home / "out", home / "cache", args.jobs)
+                runs.setdefault(label, []).append(got)
+                print(f"  round {r + 1}, {label}: {got['wall']:.1f} s", file=sys.stderr, flush=True)
+    print(f"{args.assignment}, {n} notebooks of {klass}, --jobs {args.jobs}, {os.cpu_count()} CPU(s), first runs")
+    print(
+        f"{'version':34} {'wall s (each round)':>22} {'mean s':>7} {'vs baseline':>11}"
+        f" {'cpu s/nb':>9} {'startup s/nb':>12} {'tests s/nb':>10}"
+    )
+    base = statistics.mean(g["wall"] for g in next(iter(runs.values())))
+    for label, got in runs.items():
+        walls = [g["wall"] for g in got]
+        mean = statistics.mean(walls)
+        per_nb = {k: statistics.mean(g[k] / max(1, g["n"]) for g in got) for k in ("cpu", "startup", "tests")}
+        print(
+            f"{label:34} {' '.join(f'{w:.1f}' for w in walls):>22} {mean:7.1f} {mean / base:10.2f}x"
+            f" {per_nb['cpu']:9.2f} {per_nb['startup']:12.2f} {per_nb['tests']:10.2f}"
+        )
+    verdicts = [g["verdicts"] for got in runs.values() for g in got]
+    students = set().union(*verdicts)
+    same = [s for s in sorted(students) if all(s in v and v[s] == verdicts[0].get(s) for v in verdicts)]
+    print(
+        "every record (status, score, and each test's name, status and score) the same in every run: "
+        f"{len(same)} of {n} notebooks"
+    )
+    for s in sorted(students - set(same)):
+        print(f"  differs: {s}: " + ", ".join(str(v[s][:2]) if s in v else "missing" for v in verdicts))
+    return 0 if len(same) == n and all(len(v) == n for v in verdicts) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
