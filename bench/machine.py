@@ -3,7 +3,7 @@
 
 The machine these benchmarks ran on is a virtual one whose speed changed from day to day by
 more than any change measured here (``import jax`` took 0.49 to 0.58 CPU s in session 26 and
-1.1 to 1.5 s the next day, on the same code).  Figures from different days are comparable only
+1.1 to 1.8 s the next day, on the same code).  Figures from different days are comparable only
 through such a reading; figures side by side in one run do not need it.  It measures, each the
 median of three:
 

@@ -3,7 +3,8 @@
 class graded by each.
 
 The baseline is extracted with ``git archive`` into a temporary folder (nothing in the repository
-changes) and runs with this checkout's Python environment.  Each run is ``python -m grader
+changes) and runs with this checkout's Python environment, its folder first on ``PYTHONPATH``
+(checked before the runs: each version's ``import grader`` must come from its own folder).  Each run is ``python -m grader
 --course C grade --assignment A --out OUT --jobs J CLASS`` in a process of its own, started in
 its version's folder (so ``-m grader`` is that version's package and the course its
 assignments), with a fresh cache home (``JAXGRADE_CACHE_DIR``): a first run, as a TA's first
@@ -52,12 +53,35 @@ def extract(rev: str, dest: Path) -> str:
         sys.exit(f"git archive {rev} failed: {tar.stderr.decode(errors='replace')[-2000:]}")
     dest.mkdir(parents=True)
     with tarfile.open(fileobj=io.BytesIO(tar.stdout)) as archive:
-        archive.extractall(dest, filter="data")
+        if hasattr(tarfile, "data_filter"):  # Python 3.10.12, 3.11.4 and later
+            archive.extractall(dest, filter="data")
+        else:  # git's own archive of this repository
+            archive.extractall(dest)
     return commit.stdout.strip()
 
 
+def env_for(tree: Path, cache: Path) -> dict[str, str]:
+    """The environment a run of ``tree``'s grader gets: its folder first on ``sys.path`` (not
+    only as the working directory, which ``PYTHONSAFEPATH`` would take off), so that ``grader``
+    is that version's package, not this checkout's editable install."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONSAFEPATH"}
+    return {**env, "PYTHONPATH": str(tree), "JAXGRADE_CACHE_DIR": str(cache)}
+
+
+def check_package(tree: Path) -> None:
+    """Stop unless ``python -m grader`` started in ``tree`` imports ``tree``'s package (and its
+    ``grader.wire``, a subpackage an older tree could lack and this checkout's install supply)."""
+    probe = "import grader, grader.wire; print(grader.__file__); print(grader.wire.__file__)"
+    got = subprocess.run(
+        [sys.executable, "-c", probe], env=env_for(tree, tree), cwd=tree, capture_output=True, text=True
+    )
+    paths = [Path(line).resolve() for line in got.stdout.split()]
+    if got.returncode or len(paths) != 2 or not all(p.is_relative_to(tree.resolve()) for p in paths):
+        sys.exit(f"a run in {tree} would not import that tree's grader: {got.stdout.strip()} {got.stderr[-500:]}")
+
+
 def one_run(tree: Path, assignment: str, klass: Path, out: Path, cache: Path, jobs: int) -> dict[str, object]:
-    env = {**os.environ, "JAXGRADE_CACHE_DIR": str(cache)}
+    env = env_for(tree, cache)
     cmd = [sys.executable, "-m", "grader", "--course", str(tree), "grade", "--assignment", assignment]
     cmd += ["--out", str(out), "--jobs", str(jobs), str(klass)]
     t0 = time.monotonic()
@@ -101,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="jaxgrade-versions-") as tmp:
         commit = extract(args.baseline, Path(tmp) / "baseline")
         versions = [(f"baseline {args.baseline} ({commit[:9]})", Path(tmp) / "baseline"), ("this checkout", ROOT)]
+        for _, tree in versions:
+            check_package(tree)
         for r in range(args.rounds):
             for i, (label, tree) in enumerate(versions[r % 2 :] + versions[: r % 2]):
                 home = Path(tmp) / f"{r}-{i}"

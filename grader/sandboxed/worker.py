@@ -611,16 +611,19 @@ _R = TypeVar("_R", bound=messages.Request)
 
 
 def validate_cells_only() -> None:
-    """Have nbformat check the cells and outputs this process builds (nbclient's outputs, the
-    requests' cells) with jsonschema, which checked them before too, without first compiling
-    fastjsonschema's validator of whole notebooks, which no worker uses (:func:`read_notebook`).
+    """Have nbformat check the notebooks, cells and outputs this process builds (the empty
+    notebook nbclient is handed, nbclient's outputs, the requests' cells) with jsonschema, which
+    checked the cells and outputs before too, without compiling fastjsonschema's validator of
+    whole notebooks, which the worker does not need (:func:`read_notebook`).
 
     nbformat validates a cell or an output with jsonschema whichever validator is chosen (its
     fastjsonschema validator hands a part of the schema over to jsonschema), but building the
-    default one compiles the whole schema into Python code: 0.14 to 0.18 CPU s at every
-    worker's first output, for nothing (bench/worker_start.py).  ``NBFORMAT_VALIDATOR`` is read
-    as the first validator is built; the kernel launcher takes it out of the kernel's environment
-    (:mod:`grader.sandboxed.kernel_launcher`), so the student's own nbformat is as ever."""
+    default one compiles the whole schema into Python code: 0.14 to 0.19 CPU s at every
+    worker's start, for nothing (bench/worker_start.py).  nbformat reads ``NBFORMAT_VALIDATOR``
+    whenever it looks a validator up, so it stays set in the worker; the kernel launcher takes it
+    out of the kernel's environment (:mod:`grader.sandboxed.kernel_launcher`), so the student's
+    own nbformat is as ever.  (The worker starts the launcher where the kernel spec says ``python
+    -m ipykernel_launcher``, as ipykernel's own spec, the one a sandbox finds, does.)"""
     os.environ[NBFORMAT_VALIDATOR] = "jsonschema"
 
 

@@ -486,7 +486,12 @@ def _without_ids(node: Any) -> Any:
 def test_the_worker_reads_every_notebook_of_the_repository_as_nbformat_reads_it() -> None:
     """``read_notebook`` leaves out nbformat.read's whole-notebook validation, which only logged
     what it found: the notebooks it gives are the same, cell ids aside, and so are its errors."""
-    paths = sorted(p for folder in ("tests", "examples", "assignments") for p in (REPO / folder).rglob("*.ipynb"))
+    paths = sorted(
+        p
+        for folder in ("tests", "examples", "assignments")
+        for p in (REPO / folder).rglob("*.ipynb")
+        if p.stat().st_size < 1_000_000  # the hostile corpus's JSON bombs: intake refuses them
+    )
     assert len(paths) > 200
 
     def outcome(read: Callable[[Path], Any], path: Path) -> Any:
@@ -522,6 +527,7 @@ def test_the_worker_checks_its_cells_and_outputs_without_building_a_whole_notebo
     nb = read_notebook(str(path))
     runner = _runner(tmp_path, cell_timeout=60, max_restarts=0)
     runner.start()
+    nbformat.validator.validators.clear()  # built so far: the runner's empty notebook's, the write's
     try:
         runner.execute_notebook(nb)
         status, _ = runner._synthetic("1 + 1", 30)  # a request's cell
@@ -531,6 +537,6 @@ def test_the_worker_checks_its_cells_and_outputs_without_building_a_whole_notebo
     assert runner.records[0].output == "None\n", runner.records[0]
     assert status == "ok"
     built = {type(v).__name__ for v in nbformat.validator.validators.values()}
-    assert built == {"JsonSchemaValidator"}, built  # outputs were checked, by jsonschema only
+    assert built == {"JsonSchemaValidator"}, built  # the outputs and cells were checked, by jsonschema only
     with pytest.raises(nbformat.ValidationError):  # and a malformed one is still refused
         nbformat.v4.new_output("display_data", data=5)
