@@ -259,6 +259,41 @@ def jaxgrade_scores(out: Path) -> dict[str, dict[str, Any]]:
     return scores
 
 
+def class_figures(out: Path) -> dict[str, Any]:
+    """A graded class's records in ``out``: their number, the sums of their ``cpu``, ``startup``
+    and ``tests`` timings, and each student's verdicts (status, score, and each test's name,
+    status and score), for the benches that grade a class several ways (compile_flags.py,
+    versions.py)."""
+    records = [json.loads(p.read_text()) for p in sorted((out / "results").glob("*.json"))]
+    timings = [r.get("timings", {}) for r in records]
+    return {
+        "n": len(records),
+        **{k: sum(t.get(k, 0.0) for t in timings) for k in ("cpu", "startup", "tests")},
+        "verdicts": {
+            r["student"]: [
+                r.get("status"),
+                r.get("score"),
+                [(t.get("name"), t.get("status"), t.get("score")) for t in r.get("tests", [])],
+            ]
+            for r in records
+        },
+    }
+
+
+def same_records(verdicts: list[dict[str, Any]], n: int) -> bool:
+    """Print whether every run gave every student the same record (``class_figures``'s
+    verdicts), and who differs; True where all ``n`` notebooks were graded alike in every run."""
+    students = set().union(*verdicts)
+    same = [s for s in sorted(students) if all(s in v and v[s] == verdicts[0].get(s) for v in verdicts)]
+    print(
+        "every record (status, score, and each test's name, status and score) the same in every run: "
+        f"{len(same)} of {n} notebooks"
+    )
+    for s in sorted(students - set(same)):
+        print(f"  differs: {s}: " + ", ".join(str(v[s][:2]) if s in v else "missing" for v in verdicts))
+    return len(same) == n and all(len(v) == n for v in verdicts)
+
+
 def mean_timings(records: list[dict[str, float]]) -> dict[str, float]:
     return {k: statistics.mean(r[k] for r in records) for k in TIMINGS if records and all(k in r for r in records)}
 

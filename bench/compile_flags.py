@@ -22,7 +22,6 @@ where a run did not grade every notebook of the class.  On a jaxlib without the 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -34,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from compare import jaxgrade  # noqa: E402  (bench/compare.py: this checkout's grader, this course)
+from compare import class_figures, jaxgrade, same_records  # noqa: E402  (bench/compare.py)
 
 from grader.host.xla_flags import FAST_COMPILE_FLAGS, SWITCH  # noqa: E402
 
@@ -55,21 +54,7 @@ def one_run(value: str, assignment: str, klass: Path, out: Path, cache: Path, jo
     wall = time.monotonic() - t0
     if done.returncode not in (0, 1):  # 1: some submission failed to grade cleanly, still a result
         sys.exit(f"{' '.join(cmd)} ended with {done.returncode}:\n{done.stderr[-2000:]}")
-    records = [json.loads(p.read_text()) for p in sorted((out / "results").glob("*.json"))]
-    timings = [r.get("timings", {}) for r in records]
-    return {
-        "wall": wall,
-        "cpu": sum(t.get("cpu", 0.0) for t in timings),
-        "tests": sum(t.get("tests", 0.0) for t in timings),
-        "verdicts": {
-            r["student"]: [
-                r.get("status"),
-                r.get("score"),
-                [(t.get("name"), t.get("status"), t.get("score")) for t in r.get("tests", [])],
-            ]
-            for r in records
-        },
-    }
+    return {"wall": wall, **class_figures(out)}
 
 
 def main() -> int:
@@ -113,16 +98,7 @@ def main() -> int:
             f"{label:44} {phase:11} {' '.join(f'{w:.1f}' for w in walls):>22} {mean:7.1f} {mean / base[phase]:10.2f}x "
             f"{statistics.mean(g['cpu'] for g in got):7.1f} {statistics.mean(g['tests'] for g in got):8.1f}"
         )
-    verdicts = [g["verdicts"] for got in runs.values() for g in got]
-    students = set().union(*verdicts)
-    same = [s for s in sorted(students) if all(s in v and v[s] == verdicts[0].get(s) for v in verdicts)]
-    print(
-        "every record (status, score, and each test's name, status and score) the same in every run: "
-        f"{len(same)} of {n} notebooks"
-    )
-    for s in sorted(students - set(same)):
-        print(f"  differs: {s}: " + ", ".join(str(v[s][:2]) if s in v else "missing" for v in verdicts))
-    return 0 if len(same) == n and all(len(v) == n for v in verdicts) else 1
+    return 0 if same_records([g["verdicts"] for got in runs.values() for g in got], n) else 1
 
 
 if __name__ == "__main__":

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from machine import alternate, side_by_side  # noqa: E402
 
 COMMANDS = {
     "ipykernel_launcher (baseline: debugpy imported)": ["-m", "ipykernel_launcher"],
@@ -52,17 +54,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=20, help="kernel starts of each kind (default 20)")
     args = p.parse_args()
-    got: dict[str, list[float]] = {label: [] for label in COMMANDS}
-    for _ in range(args.runs):
-        for label, command in COMMANDS.items():
-            got[label].append(start_once(command))
-    base = statistics.mean(got[next(iter(COMMANDS))])
+    got = alternate(COMMANDS, start_once, args.runs)
     print(f"{args.runs} kernel starts of each, alternating; CPU seconds of the kernel until it answers")
-    print(f"{'kernel':50s} {'mean s':>7s} {'± se':>6s} {'vs baseline':>12s}")
-    for label, values in got.items():
-        mean = statistics.mean(values)
-        se = statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else 0.0
-        print(f"{label:50s} {mean:7.3f} {se:6.3f} {mean / base:11.2f}x")
+    side_by_side(got, "kernel", 50)
 
 
 if __name__ == "__main__":

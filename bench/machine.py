@@ -11,7 +11,8 @@ median of three:
 - ``import numpy``, ``import jax``: a fresh Python that imports it, with one BLAS thread as in a
   sandbox (CPU seconds, interpreter start included).
 
-Figures only, never asserted.
+Figures only, never asserted.  ``alternate`` and ``side_by_side`` measure and print for the benches
+that alternate two or more ways of doing one thing (kernel_start.py, worker_start.py).
 
     python bench/machine.py
 """
@@ -24,6 +25,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 
 def _loop() -> float:
@@ -49,6 +52,27 @@ def reading(repeat: int = 3) -> str:
     numpy = statistics.median(_import("numpy") for _ in range(repeat))
     jax = statistics.median(_import("jax") for _ in range(repeat))
     return f"machine today: loop {loop:.2f} s, import numpy {numpy:.2f} s, import jax {jax:.2f} s (CPU, medians of {repeat})"
+
+
+def alternate(kinds: dict[str, Any], measure: Callable[[Any], float], runs: int) -> dict[str, list[float]]:
+    """``measure(kind)`` ``runs`` times for each of ``kinds`` (label -> kind), alternating, so
+    that the machine's drift falls on each: label -> the measurements."""
+    got: dict[str, list[float]] = {label: [] for label in kinds}
+    for _ in range(runs):
+        for label, kind in kinds.items():
+            got[label].append(measure(kind))
+    return got
+
+
+def side_by_side(got: dict[str, list[float]], column: str, width: int) -> None:
+    """Print measurements taken alternating (label -> values, the first label the baseline):
+    each label's mean, its standard error and its ratio to the baseline's mean."""
+    base = statistics.mean(next(iter(got.values())))
+    print(f"{column:{width}s} {'mean s':>7s} {'± se':>6s} {'vs baseline':>12s}")
+    for label, values in got.items():
+        mean = statistics.mean(values)
+        se = statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else 0.0
+        print(f"{label:{width}s} {mean:7.3f} {se:6.3f} {mean / base:11.2f}x")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import os
 import statistics
 import subprocess
@@ -36,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
+from compare import class_figures, same_records  # noqa: E402
 from machine import reading  # noqa: E402
 
 
@@ -89,21 +89,7 @@ def one_run(tree: Path, assignment: str, klass: Path, out: Path, cache: Path, jo
     wall = time.monotonic() - t0
     if done.returncode not in (0, 1):  # 1: some submission failed to grade cleanly, still a result
         sys.exit(f"{' '.join(cmd)} (in {tree}) ended with {done.returncode}:\n{done.stderr[-2000:]}")
-    records = [json.loads(p.read_text()) for p in sorted((out / "results").glob("*.json"))]
-    timings = [r.get("timings", {}) for r in records]
-    return {
-        "wall": wall,
-        "n": len(records),
-        **{k: sum(t.get(k, 0.0) for t in timings) for k in ("cpu", "startup", "tests")},
-        "verdicts": {
-            r["student"]: [
-                r.get("status"),
-                r.get("score"),
-                [(t.get("name"), t.get("status"), t.get("score")) for t in r.get("tests", [])],
-            ]
-            for r in records
-        },
-    }
+    return {"wall": wall, **class_figures(out)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,16 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{label:34} {' '.join(f'{w:.1f}' for w in walls):>22} {mean:7.1f} {mean / base:10.2f}x"
             f" {per_nb['cpu']:9.2f} {per_nb['startup']:12.2f} {per_nb['tests']:10.2f}"
         )
-    verdicts = [g["verdicts"] for got in runs.values() for g in got]
-    students = set().union(*verdicts)
-    same = [s for s in sorted(students) if all(s in v and v[s] == verdicts[0].get(s) for v in verdicts)]
-    print(
-        "every record (status, score, and each test's name, status and score) the same in every run: "
-        f"{len(same)} of {n} notebooks"
-    )
-    for s in sorted(students - set(same)):
-        print(f"  differs: {s}: " + ", ".join(str(v[s][:2]) if s in v else "missing" for v in verdicts))
-    return 0 if len(same) == n and all(len(v) == n for v in verdicts) else 1
+    return 0 if same_records([g["verdicts"] for got in runs.values() for g in got], n) else 1
 
 
 if __name__ == "__main__":

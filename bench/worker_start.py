@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -34,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from machine import reading  # noqa: E402
+from machine import alternate, reading, side_by_side  # noqa: E402
 
 NOTEBOOK = ROOT / "examples" / "class" / "alice.ipynb"
 #: What the worker imports, in the order it does (its module; then, starting the kernel,
@@ -81,17 +80,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--runs", type=int, default=20, help="fresh processes of each kind (default 20)")
     args = p.parse_args(argv)
     print(reading())
-    got: dict[str, list[float]] = {label: [] for label in KINDS}
-    for _ in range(args.runs):
-        for label, code in KINDS.items():
-            got[label].append(cpu_of(code))
-    base = statistics.mean(got[next(iter(KINDS))])
+    got = alternate(KINDS, cpu_of, args.runs)
     print(f"{args.runs} fresh processes of each, alternating; CPU seconds, interpreter start included")
-    print(f"{'worker':30s} {'mean s':>7s} {'± se':>6s} {'vs baseline':>12s}")
-    for label, values in got.items():
-        mean = statistics.mean(values)
-        se = statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else 0.0
-        print(f"{label:30s} {mean:7.3f} {se:6.3f} {mean / base:11.2f}x")
+    side_by_side(got, "worker", 30)
 
 
 if __name__ == "__main__":
