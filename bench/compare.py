@@ -294,6 +294,13 @@ def same_records(verdicts: list[dict[str, Any]], n: int) -> bool:
     return len(same) == n and all(len(v) == n for v in verdicts)
 
 
+def wall_columns(walls: list[float], base: float) -> str:
+    """The wall-time columns of compile_flags.py's and versions.py's tables: each run's seconds,
+    their mean, and the mean's ratio to the baseline's (``base``)."""
+    mean = statistics.mean(walls)
+    return f"{' '.join(f'{w:.1f}' for w in walls):>22} {mean:7.1f} {mean / base:10.2f}x"
+
+
 def mean_timings(records: list[dict[str, float]]) -> dict[str, float]:
     return {k: statistics.mean(r[k] for r in records) for k in TIMINGS if records and all(k in r for r in records)}
 

@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from compare import class_figures, jaxgrade, same_records  # noqa: E402  (bench/compare.py)
+from compare import class_figures, jaxgrade, same_records, wall_columns  # noqa: E402  (bench/compare.py)
 
 from grader.host.xla_flags import FAST_COMPILE_FLAGS, SWITCH  # noqa: E402
 
@@ -92,10 +92,8 @@ def main() -> int:
         for phase in ("first run", "next class")
     }
     for (label, phase), got in runs.items():
-        walls = [g["wall"] for g in got]
-        mean = statistics.mean(walls)
         print(
-            f"{label:44} {phase:11} {' '.join(f'{w:.1f}' for w in walls):>22} {mean:7.1f} {mean / base[phase]:10.2f}x "
+            f"{label:44} {phase:11} {wall_columns([g['wall'] for g in got], base[phase])} "
             f"{statistics.mean(g['cpu'] for g in got):7.1f} {statistics.mean(g['tests'] for g in got):8.1f}"
         )
     return 0 if same_records([g["verdicts"] for got in runs.values() for g in got], n) else 1

@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from compare import class_figures, same_records  # noqa: E402
+from compare import class_figures, same_records, wall_columns  # noqa: E402
 from machine import reading  # noqa: E402
 
 
@@ -126,11 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     base = statistics.mean(g["wall"] for g in next(iter(runs.values())))
     for label, got in runs.items():
-        walls = [g["wall"] for g in got]
-        mean = statistics.mean(walls)
         per_nb = {k: statistics.mean(g[k] / max(1, g["n"]) for g in got) for k in ("cpu", "startup", "tests")}
         print(
-            f"{label:34} {' '.join(f'{w:.1f}' for w in walls):>22} {mean:7.1f} {mean / base:10.2f}x"
+            f"{label:34} {wall_columns([g['wall'] for g in got], base)}"
             f" {per_nb['cpu']:9.2f} {per_nb['startup']:12.2f} {per_nb['tests']:10.2f}"
         )
     return 0 if same_records([g["verdicts"] for got in runs.values() for g in got], n) else 1
