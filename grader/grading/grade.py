@@ -34,6 +34,7 @@ from grader.batch.pool import Lost, Raised, TrustedPool, over_memory
 from grader.course.config import BrokenTestsError, check_requirements, load_course
 from grader.errors import SubmissionError
 from grader.grading import checks
+from grader.grading.kept_reference import KeptModule
 from grader.grading.plugin import GradingPlugin
 from grader.grading.record import CATEGORIES, Record, cap_record, total
 from grader.grading.submission import Submission
@@ -210,7 +211,9 @@ def run_tests(
         paths.append(assignment.hidden_tests)
     plugin = GradingPlugin(
         submission=submission,
-        reference=load_reference(assignment) if assignment.solution.is_file() else None,
+        reference=KeptModule(load_reference(assignment), assignment.version())
+        if assignment.solution.is_file()
+        else None,
         seed=assignment.seed if seed is None else seed,
         visibility_of=visibility,
         student_text=submission.take_student_text if isinstance(submission, Submission) else None,
