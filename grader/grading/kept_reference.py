@@ -73,24 +73,21 @@ class KeptOutputs:
         self._lock = threading.Lock()
         #: functions seen giving two different outputs for one key: never kept again
         self._unkept: set[str] = set()
-        self.hits = 0
-        self.computed = 0
 
     def call(self, label: str, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if label in self._unkept:
-            return self._compute(fn, args, kwargs)
+            return fn(*args, **kwargs)
         try:
             key = _key(label, args, kwargs)
         except _Unkeyable:
-            return self._compute(fn, args, kwargs)
+            return fn(*args, **kwargs)
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None:
                 self._entries.move_to_end(key)
         if entry is not None and entry.seen_twice:
-            self.hits += 1
             return _copy_out(entry.value)
-        out = self._compute(fn, args, kwargs)
+        out = fn(*args, **kwargs)
         try:
             kept, nbytes = _freeze(out, 0)
         except _Unkeyable:
@@ -108,10 +105,6 @@ class KeptOutputs:
                     label.rsplit(":", 1)[-1],
                 )
         return out
-
-    def _compute(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        self.computed += 1
-        return fn(*args, **kwargs)
 
     def _store(self, key: bytes, entry: _Entry) -> None:
         if entry.nbytes > self.budget:
@@ -206,15 +199,20 @@ def _key(label: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
     return _label_prefix(label) + h.digest()
 
 
+@functools.lru_cache(maxsize=1)
+def _jax_states() -> tuple[Any, ...]:
+    """JAX's configuration states (defined as JAX is imported: listed once)."""
+    from jax._src import config
+
+    return tuple(v for v in vars(config).values() if isinstance(v, config.State))
+
+
 def _jax_state() -> str:
     """Every state of JAX's configuration as this thread sees it; "" where JAX is not imported."""
     if "jax" not in sys.modules:
         return ""
     try:
-        from jax._src import config
-
-        states = [v for v in vars(config).values() if isinstance(v, config.State)]
-        return repr([(s.name, s.value) for s in states])
+        return repr([(s.name, s.value) for s in _jax_states()])
     except Exception as exc:  # another JAX's internals: keep nothing rather than guess
         raise _Unkeyable from exc
 
@@ -291,6 +289,8 @@ def _freeze(value: Any, depth: int) -> tuple[Any, int]:
         parts = [_freeze(v, depth + 1) for v in value]
         return t(p for p, _ in parts), _OVERHEAD + sum(n for _, n in parts)
     if t is dict:
+        if not all(type(k) is str for k in value):  # as for keys: compared through _digest
+            raise _Unkeyable
         parts_d = {k: _freeze(v, depth + 1) for k, v in value.items()}
         return {k: p for k, (p, _) in parts_d.items()}, _OVERHEAD + sum(n for _, n in parts_d.values())
     np = sys.modules.get("numpy")
@@ -319,23 +319,17 @@ def _copy_out(value: Any) -> Any:
     return value
 
 
+def _digest(value: Any) -> bytes:
+    """A frozen output's digest, as a key's (:func:`_feed`: types, dtypes, shapes and bits); two
+    outputs are the same when their digests are."""
+    h = hashlib.blake2b(digest_size=32)
+    _feed(h, value, 0)
+    return h.digest()
+
+
 def _same(a: Any, b: Any) -> bool:
-    """Whether two frozen outputs are the same, bit for bit."""
-    if type(a) is not type(b):
-        return False
-    t = type(a)
-    if t in (tuple, list):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    if t is dict:
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if a is None or t in (bool, int, str, bytes):
-        return bool(a == b)
-    if t in (float, complex):
-        return repr(a) == repr(b)
+    """Whether two frozen outputs are the same, bit for bit (one that cannot be read back is not)."""
     try:
-        h1, h2 = hashlib.blake2b(), hashlib.blake2b()
-        _feed(h1, a, 0)
-        _feed(h2, b, 0)
+        return _digest(a) == _digest(b)
     except _Unkeyable:
         return False
-    return h1.digest() == h2.digest()
