@@ -130,6 +130,18 @@ def _scratch(cache: Path) -> list[str]:
     return sorted(p.name.split("-")[1] for p in (cache / "tmp").iterdir() if p.name.startswith("jaxgrade-"))
 
 
+def _in_cell(cache: Path, marker: str) -> None:
+    """Until a served check's cell has written ``marker`` in its scratch folder: the server has
+    taken that check and runs its notebook (a sleep here would race a loaded machine's start)."""
+
+    def written() -> bool:
+        with contextlib.suppress(OSError):  # a scratch folder may go while it is walked
+            return any(True for _ in (cache / "tmp").glob(f"jaxgrade-sub-*/**/{marker}"))
+        return False
+
+    _wait(written, 120, lambda: f"no served cell wrote {marker}; scratch: {_scratch(cache)}")
+
+
 def _first_check(
     course: Path, cache: Path, tag: str, tmp_path: Path, idle: float = 120
 ) -> tuple[dict[str, str], Path, Path]:
@@ -301,12 +313,13 @@ def test_a_silent_peer_does_not_hold_the_server_and_ctrl_c_stops_a_served_check(
         silent.close()
 
     slow = tmp_path / "slow.ipynb"
-    slow.write_text(build_notebook("import time\ntime.sleep(120)", SOURCES["full"][0]), encoding="utf-8")
+    cell = "import pathlib, time\npathlib.Path('in-the-cell').touch()\ntime.sleep(120)"
+    slow.write_text(build_notebook(cell, SOURCES["full"][0]), encoding="utf-8")
     cmd = [sys.executable, "-m", "grader", "--course", str(course), "check", "--assignment", "double", str(slow)]
     client = subprocess.Popen(
         as_from_a_terminal(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
-    time.sleep(6)  # the served check is in its sleeping cell
+    _in_cell(cache, "in-the-cell")  # the served check is in its sleeping cell
     client.send_signal(signal.SIGINT)
     try:
         _, err = client.communicate(timeout=30)
@@ -687,10 +700,11 @@ def test_sigterm_during_a_served_check_stops_the_server_after_it(setup, tmp_path
     env, nb, run = _first_check(course, cache, tag, tmp_path)
     pid = _server_pid(run)
     assert pid is not None
-    nb.write_text(build_notebook("import time\ntime.sleep(4)", SOURCES["full"][0]), encoding="utf-8")
+    cell = "import pathlib, time\npathlib.Path('in-the-cell').touch()\ntime.sleep(4)"
+    nb.write_text(build_notebook(cell, SOURCES["full"][0]), encoding="utf-8")
     cmd = [sys.executable, "-m", "grader", "--course", str(course), "check", "--assignment", "double", "--json"]
     client = subprocess.Popen([*cmd, str(nb)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    time.sleep(2.5)  # in the sleeping cell, or its tests
+    _in_cell(cache, "in-the-cell")  # the server has taken the check: SIGTERM comes during it
     os.kill(pid, signal.SIGTERM)
     stdout, stderr = client.communicate(timeout=120)
     assert client.returncode == 0, stderr
