@@ -44,7 +44,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.corpus, pytest.mark.timeout(1800)]  
 
 CORPUS = Path(__file__).resolve().parent / "corpus" / "hostile"
 EXPECTED: dict[str, dict] = yaml.safe_load((CORPUS / "expected.yaml").read_text(encoding="utf-8"))
-LIMITS = "{cell_timeout: 6, call_timeout: 6, wall_timeout: 150, memory_bytes: 4294967296, max_processes: 128}"
+# No notebook here is expected to reach wall_timeout; the slowest, h_forge_frames_from_function
+# (four kernel restarts), takes about 58 s on a quiet machine, and 150 s left a loaded one little room
+LIMITS = "{cell_timeout: 6, call_timeout: 6, wall_timeout: 300, memory_bytes: 4294967296, max_processes: 128}"
 PWNED = "jaxgrade-pwned.txt"
 REQUIRE_BWRAP = os.environ.get("JAXGRADE_REQUIRE_BWRAP", "") not in ("", "0")  # CI: root, cgroups, bwrap
 
