@@ -86,7 +86,7 @@ class KeptOutputs:
             if entry is not None:
                 self._entries.move_to_end(key)
         if entry is not None and entry.seen_twice:
-            return _copy_out(entry.value)
+            return _freeze(entry.value, 0)[0]  # the caller's own copy of its arrays, lists and dicts
         out = fn(*args, **kwargs)
         try:
             kept, nbytes = _freeze(out, 0)
@@ -279,7 +279,8 @@ def _concrete_jax_array(jax: Any, value: Any) -> bool:
 
 
 def _freeze(value: Any, depth: int) -> tuple[Any, int]:
-    """A copy of an output that no caller holds, and its size; _Unkeyable for a kind not kept."""
+    """A copy of an output that no caller holds, and its size; _Unkeyable for a kind not kept.
+    A kept output is handed out through it too, so each caller gets arrays of its own."""
     if depth > _MAX_DEPTH:
         raise _Unkeyable
     t = type(value)
@@ -302,21 +303,6 @@ def _freeze(value: Any, depth: int) -> tuple[Any, int]:
     if jax is not None and _concrete_jax_array(jax, value):
         return value, _OVERHEAD + int(getattr(value, "nbytes", 0) or 0)
     raise _Unkeyable
-
-
-def _copy_out(value: Any) -> Any:
-    """A kept output for one caller: its NumPy arrays, lists and dicts are the caller's own."""
-    t = type(value)
-    if t is list:
-        return [_copy_out(v) for v in value]
-    if t is tuple:
-        return tuple(_copy_out(v) for v in value)
-    if t is dict:
-        return {k: _copy_out(v) for k, v in value.items()}
-    np = sys.modules.get("numpy")
-    if np is not None and t is np.ndarray:
-        return value.copy()
-    return value
 
 
 def _digest(value: Any) -> bytes:

@@ -136,7 +136,7 @@ def _in_cell(cache: Path, marker: str) -> None:
 
     def written() -> bool:
         with contextlib.suppress(OSError):  # a scratch folder may go while it is walked
-            return any(True for _ in (cache / "tmp").glob(f"jaxgrade-sub-*/**/{marker}"))
+            return any((cache / "tmp").glob(f"jaxgrade-sub-*/**/{marker}"))
         return False
 
     _wait(written, 120, lambda: f"no served cell wrote {marker}; scratch: {_scratch(cache)}")

@@ -388,21 +388,20 @@ try:
             os._exit(0)
         pids.append(pid)
     os.close(ready_w)
-    ready, gone = set(), set()
-    while len(ready | gone) < len(pids):  # until each child is ready or gone
+    ready = set()
+    while len(ready | status.keys()) < len(pids):  # until each child is ready or gone
         if select.select([ready_r], [], [], 0.05)[0]:
             ready.update(os.read(ready_r, 64))
         for i, pid in enumerate(pids):
-            if i not in gone:
+            if i not in status:
                 done, st = os.waitpid(pid, os.WNOHANG)
                 if done:
-                    status[pid] = st
-                    gone.add(i)
+                    status[i] = st
 finally:
     os.close(go_w)
-for pid in pids:
-    if pid not in status:
-        status[pid] = os.waitpid(pid, 0)[1]
+for i, pid in enumerate(pids):
+    if i not in status:
+        status[i] = os.waitpid(pid, 0)[1]
 killed = sum(st & 0x7F == signal.SIGKILL for st in status.values())
 failed = sum(st != 0 and st & 0x7F != signal.SIGKILL for st in status.values())
 if killed:
