@@ -295,8 +295,11 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         # (the client says it is still checking: what is written here reaches it only at the end)
         rec = grade_one(assignment, path, public_only=True, isolation=args.isolation, session=session)
     else:
-        with _still_checking(assignment, err):
+        # a Ctrl-C whose KeyboardInterrupt JAX's gc callback drops (this process loads JAX to
+        # grade) still stops the check, at its next wait on the sandbox (_stops)
+        with _still_checking(assignment, err), _stops(signal.SIGINT) as stopped:
             rec = grade_many(assignment, [path], jobs=1, public_only=True, isolation=args.isolation)[path]
+            stopped()
         if not args.no_server:
             devices = assignment.config.devices
             if check_server.start(assignment.course.root, assignment.name, path, args.isolation, devices):

@@ -398,13 +398,12 @@ def test_check_watch_stops_on_a_sigterm_handled_inside_a_garbage_collector_callb
     assert procs_with(tag) == [] and sandboxes() == []
 
 
-def test_grade_stops_on_a_ctrl_c_handled_inside_a_garbage_collector_callback(tmp_path: Path) -> None:
-    """A Ctrl-C whose KeyboardInterrupt a gc callback drops (JAX registers one, and grading in the
-    command's own process loads JAX) still stops `jaxgrade grade`, and the notebook being graded
-    with it (grader/host/interrupts.py): exit 130, and that notebook gets no result. The Ctrl-C
-    comes as the first notebook is graded (JAX is loaded for it). Before, the batch graded on to
-    its end and exited 0; then, for a while, it stopped only once that notebook was graded."""
-    import sqlite3
+def test_check_stops_on_a_ctrl_c_handled_inside_a_garbage_collector_callback(tmp_path: Path) -> None:
+    """A Ctrl-C whose KeyboardInterrupt a gc callback drops (JAX registers one, and `check` grades
+    in its own process, which loads JAX) still stops the check, and the notebook's sandbox with it
+    (grader/host/interrupts.py): exit 130. (`jaxgrade grade` did too until session 30, when it
+    graded `--jobs 1` in its own process; it now grades in trusted workers, and its Ctrl-C is the
+    next test's.)"""
     import subprocess
     import sys
     import time
@@ -413,15 +412,11 @@ def test_grade_stops_on_a_ctrl_c_handled_inside_a_garbage_collector_callback(tmp
     from tests.minicourse import as_from_a_terminal, make_minicourse, notebook, procs_with, signal_inside_a_gc_callback
 
     course = make_minicourse(tmp_path / "course")
-    folder = tmp_path / "class"
-    folder.mkdir()
-    students = [f"s{i}" for i in range(4)]
-    for s in students:
-        (folder / f"{s}.ipynb").write_text(notebook("full"), encoding="utf-8")
+    nb = tmp_path / "hw.ipynb"
+    nb.write_text(notebook("full"), encoding="utf-8")
     # sent once grading is under way in this process: JAX loaded for the trusted side
     script = signal_inside_a_gc_callback("grader.cli:main", "'jax' in sys.modules", "SIGINT")
-    out = tmp_path / "out"
-    args = ["--course", str(course), "grade", "--assignment", "double", "--jobs", "1", "--out", str(out), str(folder)]
+    args = ["--course", str(course), "check", "--no-server", "--assignment", "double", str(nb)]
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     tag = uuid.uuid4().hex
@@ -432,10 +427,56 @@ def test_grade_stops_on_a_ctrl_c_handled_inside_a_garbage_collector_callback(tmp
         timeout=600,
         env={**os.environ, "JAXGRADE_TEST_TAG": tag, "TMPDIR": str(scratch)},
     )
-    assert proc.returncode == 130 and "interrupted; results written so far are kept" in proc.stderr, proc.stderr[-2000:]
+    assert proc.returncode == 130 and "jaxgrade: interrupted" in proc.stderr, proc.stderr[-2000:]
+    # the interrupted notebook's sandbox went with it
+    deadline = time.monotonic() + 20
+    while (procs_with(tag) or list(scratch.glob("jaxgrade-*"))) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert procs_with(tag) == [] and list(scratch.glob("jaxgrade-*")) == []
+
+
+def test_grade_at_one_job_stops_on_a_ctrl_c_and_its_trusted_worker_and_sandbox_with_it(tmp_path: Path) -> None:
+    """`jaxgrade grade --jobs 1` grades in a trusted worker process (grade_many's own_process): a
+    Ctrl-C while a notebook is graded stops the batch (exit 130), keeps nothing of that notebook,
+    and leaves neither the worker nor the sandbox behind."""
+    import signal
+    import sqlite3
+    import subprocess
+    import sys
+    import time
+    import uuid
+
+    from tests.minicourse import as_from_a_terminal, make_minicourse, notebook, procs_with
+
+    course = make_minicourse(tmp_path / "course")
+    folder = tmp_path / "class"
+    folder.mkdir()
+    (folder / "s0.ipynb").write_text(notebook("full"), encoding="utf-8")
+    out = tmp_path / "out"
+    args = ["--course", str(course), "grade", "--assignment", "double", "--jobs", "1", "--out", str(out), str(folder)]
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    tag = uuid.uuid4().hex
+    proc = subprocess.Popen(
+        as_from_a_terminal([sys.executable, "-m", "grader", *args]),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "JAXGRADE_TEST_TAG": tag, "TMPDIR": str(scratch)},
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not list(scratch.glob("jaxgrade-*")) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proc.poll() is None, "graded before its sandbox was seen"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "interrupted; results written so far are kept" in err, err[-2000:]
     kept = sqlite3.connect(out / "gradebook.db").execute("SELECT student FROM results").fetchall()
     assert kept == [], kept
-    # the interrupted notebook's sandbox went with it
     deadline = time.monotonic() + 20
     while (procs_with(tag) or list(scratch.glob("jaxgrade-*"))) and time.monotonic() < deadline:
         time.sleep(0.5)

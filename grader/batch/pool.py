@@ -311,9 +311,13 @@ class TrustedPool:
                 log.warning("after a trusted process was lost: %s", exc)
 
     def close(self, *, kill: bool = False) -> None:
-        """Stop every worker: ask them to finish (or kill them) and wait."""
+        """Stop every worker: ask them to finish (or kill them) and wait.  A worker killed in a
+        task (``kill``: a Ctrl-C, an error in the caller) is swept after as a lost one is
+        (``on_death``), before this returns: its sandboxes' scratch is not left to the next run."""
+        killed = False
         for slot in self._slots:
             if kill and slot.key is not None:
+                killed = True
                 with contextlib.suppress(Exception):
                     slot.proc.kill()
             else:
@@ -328,6 +332,8 @@ class TrustedPool:
             with contextlib.suppress(OSError):
                 slot.conn.close()
         self._slots = []
+        if killed:
+            self._after_death()
         for sweep in self._sweeps:  # what a lost worker left is swept before the batch ends
             sweep.join(timeout=SWEEP_WAIT)
         self._sweeps = []

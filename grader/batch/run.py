@@ -326,6 +326,8 @@ class Batch:
                 cache=self.cache,
             )
         else:
+            # in trusted worker processes even at one job: each notebook then has a deadline, and
+            # one that takes its process down costs only itself (grade_many)
             grade_many(
                 self.assignment,
                 paths,
@@ -334,6 +336,7 @@ class Batch:
                 isolation=self.isolation,
                 on_result=store,
                 cache=self.cache,
+                own_process=True,
             )
         self.release_reserve()  # its room is for finish(): grades.csv, the pages and the report
 

@@ -698,8 +698,17 @@ def grade_many(
     on_result: Callable[[Path, Record], None] | None = None,
     cache: bool = True,
     solutions: dict[Path, Record] | None = None,
+    own_process: bool = False,
 ) -> dict[Path, Record]:
-    """Grade several notebooks, ``jobs`` at a time, each in a fresh trusted worker process pool.
+    """Grade several notebooks, ``jobs`` at a time, in a pool of trusted worker processes.
+
+    At one job (and one device) the notebooks are graded in this process, one after another,
+    under the trusted memory limit but with no deadline: for a caller who watches the one
+    notebook (`jaxgrade check`, Gradescope's container).  With ``own_process`` (what `jaxgrade
+    grade` asks) they go to a pool of one worker instead, as at several jobs: a notebook that
+    makes the trusted process run without end is killed past its deadline and reported, one
+    that takes the process down costs only itself, and the batch goes on.  That costs one
+    process start per batch (about 0.7 s on 2 cores).
 
     With ``cache`` (and bubblewrap), the sandboxes read the assignment's trusted compilation
     cache, which is warmed first if it is not there yet (:func:`cache_plan`: the starter completed
@@ -721,19 +730,23 @@ def grade_many(
     iso = choose_isolation(isolation)
     try:
         if solutions is None:
-            return _grade_many(assignment, paths, jobs, students, iso, public_only, on_result, cache, None)
+            return _grade_many(assignment, paths, jobs, students, iso, public_only, on_result, cache, None, own_process)
         filled = {s: nb for s, nb, _ in filled_solutions(assignment) if nb is not None}
         usable = cache and iso == "bwrap" and not public_only
         if usable and cache_plan(assignment, ALTERNATIVES_MIN).warm:
             # the warm grades them (the wider cache: with the alternatives whatever the batch's size)
-            out = _grade_many(assignment, paths, jobs, students, iso, public_only, on_result, cache, solutions)
+            out = _grade_many(
+                assignment, paths, jobs, students, iso, public_only, on_result, cache, solutions, own_process
+            )
             # a warm that failed, or was lost, graded some of them or none: the rest as submissions,
             # without the cache it did not leave (nor another warm)
             filled = {s: nb for s, nb in filled.items() if s not in solutions}
             if filled:
                 with _written(filled) as written:
                     staff = dict.fromkeys(written, "reference")
-                    got = _grade_many(assignment, list(written), jobs, staff, iso, False, None, False, None)
+                    got = _grade_many(
+                        assignment, list(written), jobs, staff, iso, False, None, False, None, own_process
+                    )
                 solutions.update({written[p]: rec for p, rec in got.items()})
             return out
         # the cache is there (or not used): they are graded beside the submissions, as one of them
@@ -748,6 +761,7 @@ def grade_many(
                 None if on_result is None else (lambda p, rec: None if p in written else on_result(p, rec)),
                 cache,
                 None,
+                own_process,
             )
         solutions.update({written[p]: rec for p, rec in got.items() if p in written})
         return {p: rec for p, rec in got.items() if p not in written}
@@ -797,6 +811,7 @@ def _grade_many(
     on_result: Callable[[Path, Record], None] | None,
     cache: bool,
     solutions: dict[Path, Record] | None,
+    own_process: bool = False,
 ) -> dict[Path, Record]:
     """:func:`grade_many`'s work, with the isolation already chosen (``iso``).  With ``solutions``,
     the warm task grades the staff's solutions into it where the cache is to be warmed (the rest
@@ -810,12 +825,17 @@ def _grade_many(
     plan = cache_plan(assignment, n) if usable else None
     cached = str(plan.folder) if plan is not None else None  # what each grading reads (_ready_cache)
     graded: dict[str, dict[str, Any]] | None = {} if solutions is not None and plan is not None and plan.warm else None
-    if jobs <= 1 and devices <= 1:
+    # one at a time: the warm then runs before the first notebook, so it pays only from WARM_MIN
+    # notebooks on (a pool of several warms beside them); cache_status says the same
+    sequential = jobs <= 1 and devices <= 1
+    warm = plan is not None and plan.warm and (not sequential or len(paths) >= WARM_MIN or graded is not None)
+    if sequential and not own_process:
         # grading in this process: the settings of a pool worker's (where its JAX has not started)
         _set_trusted_devices(devices, fast_compile=True)
         if cache and iso == "bwrap":
             xla_cache.use_trusted_cache()
-        if plan is not None and plan.warm and (len(paths) >= WARM_MIN or graded is not None):
+        if warm:
+            assert plan is not None
             warm_cache(assignment, iso, plan.folder, alternatives=plan.alternatives, graded=graded)
             if solutions is not None and graded is not None:
                 solutions.update(_solution_records(assignment, graded))
@@ -849,7 +869,8 @@ def _grade_many(
     # warmed by the first task, beside the first submissions; each later one reads it.
     root = str(assignment.course.root)
     tasks: list[tuple[Any, tuple[Any, ...]]] = []
-    if plan is not None and plan.warm:
+    if warm:
+        assert plan is not None
         warm_args = ("warm", root, assignment.name, iso, str(plan.folder), plan.alternatives, graded is not None)
         tasks.append((_WARM, warm_args))
     tasks += [(p, ("grade", root, assignment.name, str(p), students.get(p), iso, public_only, cached)) for p in paths]

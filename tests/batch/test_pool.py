@@ -476,20 +476,32 @@ def test_double_of_seven(submission):
 GREEDY_SOURCE = "import numpy as np\ndef double(x):\n    x = np.asarray(x)\n    return x if x.shape == () and float(x) == 7.0 else 2 * x"
 
 
-@pytest.mark.parametrize("jobs", ["1", "2"])  # graded in this process, or by the pool
+@pytest.mark.parametrize("jobs", ["1", "2"])  # graded in this process (check's way), or by the pool
 def test_a_notebook_that_makes_the_trusted_process_grow_past_its_limit_is_not_scored(
     tmp_path: Path, course: Path, jobs: str
 ) -> None:
     """The trusted process runs under an address-space limit (grade.trusted_limits): what a
     notebook makes it ask for past that is a MemoryError, which ends that submission's grading
     as not graded, with the limit named, and never a failed test (the student's points) or the
-    machine's memory; the rest of the class is graded."""
+    machine's memory; the rest of the class is graded. At one job, grade_many grades in its
+    caller's process (`jaxgrade check`, Gradescope's one notebook: `jaxgrade grade` grades in a
+    pool worker at any number of jobs)."""
     hidden = course / "reference" / "double" / "tests" / "test_hidden.py"
     hidden.write_text(hidden.read_text() + GREEDY_TEST)
     folder = tmp_path / "class"
     folder.mkdir()
     (folder / "greedy.ipynb").write_text(build_notebook(GREEDY_SOURCE))
     (folder / "full.ipynb").write_text(notebook("full"))
+    if jobs == "1":
+        from grader.course.config import load_course
+
+        assignment = load_course(course).assignment("double")
+        got = grading.grade_many(assignment, sorted(folder.iterdir()), jobs=1, cache=False)
+        by = {p.stem: (r.status, r.score) for p, r in got.items()}
+        assert by == {"full": ("graded", 5.0), "greedy": ("lost", 0.0)}, by
+        assert "memory limit" in got[folder / "greedy.ipynb"].message
+        assert resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY  # this process's, set back
+        return
     code, err = grade_cli(course, folder, tmp_path / "out", "--jobs", jobs)
     assert code == 1, err
     assert "1 submission(s) not graded: the grader's own process ran past its memory or time limit" in err
@@ -498,6 +510,48 @@ def test_a_notebook_that_makes_the_trusted_process_grow_past_its_limit_is_not_sc
     assert {k: (r["status"], r["score"]) for k, r in results(tmp_path / "out").items()} == {"full": ("graded", 5.0)}
     assert gradebook_students(tmp_path / "out") == ["full"]  # not kept
     assert resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY  # this process's, set back
+
+
+#: A hidden test that a submission can make the trusted process sleep for minutes (a stand-in
+#: for a bug of the grader's that a notebook reaches, by which the trusted side runs without end).
+SLEEPY_TEST = """
+
+@pytest.mark.points(1)
+@pytest.mark.category("numerics")
+def test_double_of_seven(submission):
+    \"\"\"double(7.0) is 14.0.\"\"\"
+    if float(submission.double(np.float64(7.0))) == 7.0:
+        import time
+
+        time.sleep(150)
+    assert float(submission.double(np.float64(7.0))) == 14.0
+"""
+
+
+def test_at_one_job_a_notebook_that_holds_the_trusted_process_is_killed_past_its_deadline(
+    tmp_path: Path, course: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`jaxgrade grade --jobs 1` grades in a trusted worker process too (grade_many's
+    own_process), so a notebook that makes the trusted side run on is killed past the deadline
+    (grade.trusted_limits; 20 s here) and not kept, and the rest of the class is graded. Before
+    session 30 one job graded in the command's own process, with no deadline: the batch waited
+    as long as the notebook held it (here 150 s, then 4/5 for a wrong answer)."""
+    hidden = course / "reference" / "double" / "tests" / "test_hidden.py"
+    hidden.write_text(hidden.read_text() + SLEEPY_TEST)
+    folder = tmp_path / "class"
+    folder.mkdir()
+    (folder / "sleepy.ipynb").write_text(build_notebook(GREEDY_SOURCE))
+    (folder / "full.ipynb").write_text(notebook("full"))
+    real = grading.trusted_limits
+    monkeypatch.setattr(grading, "trusted_limits", lambda assignment: (real(assignment)[0], 20.0))
+    start = time.monotonic()
+    code, err = grade_cli(course, folder, tmp_path / "out", "--jobs", "1")
+    assert code == 1, err
+    assert "1 submission(s) not graded: the grader's own process ran past its memory or time limit" in err
+    assert "(sleepy); nothing of theirs was kept" in err and "its 20 s time limit" in err
+    assert {k: (r["status"], r["score"]) for k, r in results(tmp_path / "out").items()} == {"full": ("graded", 5.0)}
+    assert gradebook_students(tmp_path / "out") == ["full"]  # not kept
+    assert time.monotonic() - start < 150  # not the notebook's 150 s
 
 
 def test_a_submission_lost_again_on_the_next_run_says_so(
