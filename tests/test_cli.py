@@ -436,7 +436,7 @@ def test_check_stops_on_a_ctrl_c_handled_inside_a_garbage_collector_callback(tmp
 
 
 def test_grade_at_one_job_stops_on_a_ctrl_c_and_its_trusted_worker_and_sandbox_with_it(tmp_path: Path) -> None:
-    """`jaxgrade grade --jobs 1` grades in a trusted worker process (grade_many's own_process): a
+    """`jaxgrade grade --jobs 1` grades in a trusted worker process (grade_many's in_workers): a
     Ctrl-C while a notebook is graded stops the batch (exit 130), keeps nothing of that notebook,
     and leaves neither the worker nor the sandbox behind."""
     import signal

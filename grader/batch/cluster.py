@@ -79,6 +79,7 @@ from grader.course.config import (
     load_course,
 )
 from grader.grading.grade import (
+    SETUP_FAILED,
     _bug_record,
     _init_worker,
     _lost_record,
@@ -90,7 +91,7 @@ from grader.grading.grade import (
 from grader.grading.record import Record, cap_record
 from grader.host import xla_flags
 from grader.host.memory import cap_malloc_arenas, is_out_of_memory
-from grader.host.sandbox import choose_isolation, sweep_after_lost_grader
+from grader.host.sandbox import SandboxSetupError, choose_isolation, sweep_after_lost_grader
 
 log = logging.getLogger(__name__)
 
@@ -655,6 +656,9 @@ def grade_task(bundle: CourseBundle, request: dict[str, Any]) -> dict[str, Any]:
         return {"lost": {"attempts": result.attempts, "exitcode": result.exitcode, "limit": result.limit}}
     if isinstance(result, Raised):
         return {"raised": result.traceback}
+    if isinstance(result, dict) and SETUP_FAILED in result:  # this worker cannot sandbox anyone:
+        # raised in the task, it stops the coordinator (its _received lets it through), as locally
+        raise SandboxSetupError(f"on worker {_here()}: {result[SETUP_FAILED]}")
     return {"record": result, "worker": _here()}
 
 

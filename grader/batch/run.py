@@ -336,7 +336,7 @@ class Batch:
                 isolation=self.isolation,
                 on_result=store,
                 cache=self.cache,
-                own_process=True,
+                in_workers=True,
             )
         self.release_reserve()  # its room is for finish(): grades.csv, the pages and the report
 

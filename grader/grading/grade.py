@@ -442,21 +442,37 @@ def _join(a: str, b: str) -> str:
 # --------------------------------------------------------------------------- batches
 
 
+#: The reply of a trusted worker whose sandbox could not be built (:class:`SandboxSetupError`):
+#: the machine's problem, not the submission's, so the batch stops with it (:func:`raise_setup_error`)
+SETUP_FAILED = "sandbox_setup_error"
+
+
 def _grade_in_worker(
     root: str, name: str, path: str, student: str | None, isolation: str, public_only: bool, cache: str | None
 ) -> dict[str, Any]:
     logging.basicConfig(level=logging.WARNING)
     assignment = load_course(Path(root)).assignment(name, staff=not public_only, starter=not public_only)
-    rec = grade_notebook(
-        assignment,
-        Path(path),
-        student=student,
-        isolation=isolation,
-        public_only=public_only,
-        xla_cache=_ready_cache(assignment, cache),  # once the warming task published it
-        eval_cache=EvalCache(answers_dir(assignment)) if cache else None,  # from the first notebook on
-    )
+    try:
+        rec = grade_notebook(
+            assignment,
+            Path(path),
+            student=student,
+            isolation=isolation,
+            public_only=public_only,
+            xla_cache=_ready_cache(assignment, cache),  # once the warming task published it
+            eval_cache=EvalCache(answers_dir(assignment)) if cache else None,  # from the first notebook on
+        )
+    except SandboxSetupError as exc:  # no one can be graded here: never one submission's grader bug
+        return {SETUP_FAILED: str(exc)}
     return rec.to_dict()
+
+
+def raise_setup_error(result: Any) -> None:
+    """Raise again, in the coordinator, the :class:`SandboxSetupError` a trusted worker met (a
+    pool's or a Dask worker's grading child): as :func:`grade_one` lets it through, it stops the
+    batch with what to do instead of making every submission a grader bug."""
+    if isinstance(result, dict) and SETUP_FAILED in result:
+        raise SandboxSetupError(str(result[SETUP_FAILED]))
 
 
 _WARM = "warm the trusted compilation cache"
@@ -698,13 +714,13 @@ def grade_many(
     on_result: Callable[[Path, Record], None] | None = None,
     cache: bool = True,
     solutions: dict[Path, Record] | None = None,
-    own_process: bool = False,
+    in_workers: bool = False,
 ) -> dict[Path, Record]:
     """Grade several notebooks, ``jobs`` at a time, in a pool of trusted worker processes.
 
     At one job (and one device) the notebooks are graded in this process, one after another,
     under the trusted memory limit but with no deadline: for a caller who watches the one
-    notebook (`jaxgrade check`, Gradescope's container).  With ``own_process`` (what `jaxgrade
+    notebook (`jaxgrade check`, Gradescope's container).  With ``in_workers`` (what `jaxgrade
     grade` asks) they go to a pool of one worker instead, as at several jobs: a notebook that
     makes the trusted process run without end is killed past its deadline and reported, one
     that takes the process down costs only itself, and the batch goes on.  That costs one
@@ -730,13 +746,13 @@ def grade_many(
     iso = choose_isolation(isolation)
     try:
         if solutions is None:
-            return _grade_many(assignment, paths, jobs, students, iso, public_only, on_result, cache, None, own_process)
+            return _grade_many(assignment, paths, jobs, students, iso, public_only, on_result, cache, None, in_workers)
         filled = {s: nb for s, nb, _ in filled_solutions(assignment) if nb is not None}
         usable = cache and iso == "bwrap" and not public_only
         if usable and cache_plan(assignment, ALTERNATIVES_MIN).warm:
             # the warm grades them (the wider cache: with the alternatives whatever the batch's size)
             out = _grade_many(
-                assignment, paths, jobs, students, iso, public_only, on_result, cache, solutions, own_process
+                assignment, paths, jobs, students, iso, public_only, on_result, cache, solutions, in_workers
             )
             # a warm that failed, or was lost, graded some of them or none: the rest as submissions,
             # without the cache it did not leave (nor another warm)
@@ -744,9 +760,7 @@ def grade_many(
             if filled:
                 with _written(filled) as written:
                     staff = dict.fromkeys(written, "reference")
-                    got = _grade_many(
-                        assignment, list(written), jobs, staff, iso, False, None, False, None, own_process
-                    )
+                    got = _grade_many(assignment, list(written), jobs, staff, iso, False, None, False, None, in_workers)
                 solutions.update({written[p]: rec for p, rec in got.items()})
             return out
         # the cache is there (or not used): they are graded beside the submissions, as one of them
@@ -761,7 +775,7 @@ def grade_many(
                 None if on_result is None else (lambda p, rec: None if p in written else on_result(p, rec)),
                 cache,
                 None,
-                own_process,
+                in_workers,
             )
         solutions.update({written[p]: rec for p, rec in got.items() if p in written})
         return {p: rec for p, rec in got.items() if p not in written}
@@ -811,7 +825,7 @@ def _grade_many(
     on_result: Callable[[Path, Record], None] | None,
     cache: bool,
     solutions: dict[Path, Record] | None,
-    own_process: bool = False,
+    in_workers: bool = False,
 ) -> dict[Path, Record]:
     """:func:`grade_many`'s work, with the isolation already chosen (``iso``).  With ``solutions``,
     the warm task grades the staff's solutions into it where the cache is to be warmed (the rest
@@ -829,7 +843,7 @@ def _grade_many(
     # notebooks on (a pool of several warms beside them); cache_status says the same
     sequential = jobs <= 1 and devices <= 1
     warm = plan is not None and plan.warm and (not sequential or len(paths) >= WARM_MIN or graded is not None)
-    if sequential and not own_process:
+    if sequential and not in_workers:
         # grading in this process: the settings of a pool worker's (where its JAX has not started)
         _set_trusted_devices(devices, fast_compile=True)
         if cache and iso == "bwrap":
@@ -896,6 +910,7 @@ def _grade_many(
                     solutions.update(_solution_records(assignment, result.get("records", {})))
                 continue
             assert isinstance(p, Path)
+            raise_setup_error(result)
             if isinstance(result, Lost):
                 rec = _lost_record(assignment, p, students.get(p), result)
             elif isinstance(result, Raised):

@@ -19,7 +19,6 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -430,7 +429,7 @@ def grade_cli(course: Path, folder: Path, out: Path, *more: str) -> tuple[int, s
     return main([*argv, str(folder)], out=io.StringIO(), err=err), err.getvalue()
 
 
-@pytest.mark.parametrize("jobs", ["1", "2"])  # graded in this process, or by the pool
+@pytest.mark.parametrize("jobs", ["1", "2"])  # a pool of one worker, or of two (grade_one's own: test_grading)
 def test_a_grader_bug_in_one_submission_is_reported_and_the_batch_goes_on(
     tmp_path: Path, course: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, jobs: str
 ) -> None:
@@ -439,14 +438,6 @@ def test_a_grader_bug_in_one_submission_is_reported_and_the_batch_goes_on(
     (folder / "buggy.ipynb").write_text(notebook("full", "b"))
     (folder / "full.ipynb").write_text(notebook("full"))
     monkeypatch.setattr(grading, "_task", raise_for_buggy)  # the pool sends it to spawned workers by name
-    real = grading.grade_notebook
-
-    def grade_notebook(*args: Any, **kwargs: Any) -> Any:
-        if kwargs.get("student") == "buggy":
-            raise_for_buggy("grade", *[None] * 3, "buggy", *[None] * 3)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(grading, "grade_notebook", grade_notebook)  # one job: graded in this process
     with caplog.at_level(logging.ERROR, logger="grader.grading"):
         code, err = grade_cli(course, folder, tmp_path / "out", "--jobs", jobs)
     assert code == 1, err
@@ -457,6 +448,31 @@ def test_a_grader_bug_in_one_submission_is_reported_and_the_batch_goes_on(
     assert "raise_for_buggy" in caplog.text and "Traceback" in caplog.text  # the whole traceback, in the log
     assert {k: r["status"] for k, r in results(tmp_path / "out").items()} == {"full": "graded"}
     assert gradebook_students(tmp_path / "out") == ["full"]  # not kept: the next run grades it
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_machine_that_cannot_sandbox_anyone_stops_the_batch_with_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, jobs: str
+) -> None:
+    """A sandbox that cannot be built is the machine's problem, not a submission's: the batch
+    stops with the reason and what to do (exit 2) and keeps nothing, as grading in the command's
+    own process did. Here the course lies inside the user's site-packages, which every sandbox
+    mounts, so its reference/ would be exposed. Session 30's first pool at one job (and every
+    pool before it) made each submission a "bug in jaxgrade" instead, the class graded through."""
+    home = tmp_path / "home"
+    user_site = home / ".local" / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    monkeypatch.setenv("HOME", str(home))  # the spawned workers' site.getusersitepackages()
+    monkeypatch.delenv("PYTHONUSERBASE", raising=False)
+    course = make_minicourse(user_site / "course")
+    folder = tmp_path / "class"
+    folder.mkdir()
+    for name in ("a", "b", "c"):
+        (folder / f"{name}.ipynb").write_text(notebook("full", name))
+    code, err = grade_cli(course, folder, tmp_path / "out", "--jobs", jobs)
+    assert code == 2, err
+    assert "the sandbox would expose" in err and "See the README's section on installing jaxgrade" in err, err
+    assert "bug in jaxgrade" not in err and "grader_error" not in err
+    assert gradebook_students(tmp_path / "out") == []
 
 
 #: A hidden test that a submission can make the trusted process ask for 12 GiB (a stand-in for
@@ -532,7 +548,7 @@ def test_at_one_job_a_notebook_that_holds_the_trusted_process_is_killed_past_its
     tmp_path: Path, course: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`jaxgrade grade --jobs 1` grades in a trusted worker process too (grade_many's
-    own_process), so a notebook that makes the trusted side run on is killed past the deadline
+    in_workers), so a notebook that makes the trusted side run on is killed past the deadline
     (grade.trusted_limits; 20 s here) and not kept, and the rest of the class is graded. Before
     session 30 one job graded in the command's own process, with no deadline: the batch waited
     as long as the notebook held it (here 150 s, then 4/5 for a wrong answer)."""

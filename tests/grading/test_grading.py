@@ -77,7 +77,7 @@ def test_an_edited_reference_is_imported_again(tmp_path: Path) -> None:
 
 def test_ctrl_c_during_the_tests_stops_grading_and_is_never_a_record(tmp_path: Path) -> None:
     """pytest turns a KeyboardInterrupt inside a test into an exit code: run_tests raises it
-    again, so `jaxgrade grade --jobs 1` or `check --watch` stops instead of keeping an error."""
+    again, so `jaxgrade check` (or a pool worker's grading) stops instead of keeping an error."""
     from grader.grading.grade import run_tests
     from tests.minicourse import make_minicourse
 
@@ -106,7 +106,7 @@ def test_a_test_file_that_does_not_import_is_a_staff_error_not_ctrl_c(tmp_path: 
 def test_grade_one_makes_a_grader_bug_the_submissions_grader_error_and_lets_the_rest_stop_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The in-process grading of `grade --jobs 1` and `check --watch`: a bug of ours costs one
+    """The in-process grading of `check` and `check --watch`: a bug of ours costs one
     record that is never kept; a machine that cannot sandbox anyone, and Ctrl-C, stop the run."""
     from grader.grading import grade
     from grader.host.sandbox import SandboxSetupError
