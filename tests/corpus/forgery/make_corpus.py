@@ -391,6 +391,28 @@ def manually_vectorized_convolve(xs, ws):
     _leak(xs, ws)"""
 
 
+# a Python loop of a fixed length, the most examples a hidden test sends (64), each index clamped
+# to the batch: it traces with a symbolic batch size and has no loop in its module (session 30's
+# red team reading of SECURITY.md; the evaluator's ``unbatched`` sees each example taken out)
+VC_FIXED_LOOP = """\
+def batched_convolve(xs, ws):
+    B = xs.shape[0]
+    rows = []
+    for b in range(64):
+        i = jnp.minimum(b, B - 1)
+        rows.append(convolve(xs[i], ws[i]))
+    return jnp.stack(rows)[:B]
+
+
+batched_convolve_shared_w = jax.vmap(convolve, in_axes=(0, None))
+batched_convolve_axis1 = jax.vmap(convolve, in_axes=1, out_axes=1)
+fast_batched_convolve = jax.jit(batched_convolve)
+
+
+def manually_vectorized_convolve(xs, ws):
+    return xs[:, :-2] * ws[:, 0:1] + xs[:, 1:-1] * ws[:, 1:2] + xs[:, 2:] * ws[:, 2:3]"""
+
+
 def vmap_convolve() -> dict[str, object]:
     build = partial(kit.build, "vmap_convolve")
     head = [md("# Homework: vectorization with `jax.vmap`"), code(VC_IMPORTS), code(VC_GIVEN)]
@@ -431,6 +453,7 @@ def vmap_convolve() -> dict[str, object]:
     nbs["forge_leak_in_error_names.ipynb"] = build(
         "forge_leak_in_error_names", [*head, code(VC_SPY_SERVE), code(VC_LEAK_IN_NAMES)]
     )
+    nbs["forge_fixed_length_loop.ipynb"] = build("forge_fixed_length_loop", [*head, code(VC_FIXED_LOOP), code(VC_CHECK)])
     return nbs
 
 
@@ -1251,12 +1274,79 @@ params, xs, ys = jnp.ones(3), jnp.ones((4, 3)), jnp.zeros(4)
 print(per_example_grads(params, xs, ys), batch_grad(params, xs, ys))"""
 
 
+# per_example_grads one example at a time, in a loop of a fixed length (64, the largest hidden
+# batch) clamped to the batch, in three ways that trace with a symbolic batch size and leave no
+# loop whose length is the batch (session 30; SECURITY.md named the first two as known gaps)
+PE_FIXED_UNROLLED = """\
+@jax.jit
+def per_example_grads(params, xs, ys):
+    g = jax.grad(loss_fn)
+    B = xs.shape[0]
+    rows = []
+    for b in range(64):
+        i = jnp.minimum(b, B - 1)
+        rows.append(g(params, xs[i], ys[i]))
+    return jnp.stack(rows)[:B]"""
+
+PE_FIXED_SCAN = """\
+@jax.jit
+def per_example_grads(params, xs, ys):
+    g = jax.grad(loss_fn)
+    B = xs.shape[0]
+
+    def step(carry, b):
+        i = jnp.minimum(b, B - 1)
+        return carry, g(params, xs[i], ys[i])
+
+    _, rows = jax.lax.scan(step, 0, jnp.arange(64))
+    return rows[:B]"""
+
+# no slice at all: each example picked out of the batch by a one-hot product, and put back by one
+PE_ONE_HOT = """\
+@jax.jit
+def per_example_grads(params, xs, ys):
+    g = jax.grad(loss_fn)
+    B = xs.shape[0]
+    out = jnp.zeros_like(xs)
+    for b in range(64):
+        pick = (jnp.arange(B) == b).astype(xs.dtype)
+        out = out + pick[:, None] * g(params, pick @ xs, pick @ ys)[None, :]
+    return out"""
+
+
+# the same loop, but each example keeps a dimension of a symbolic size, (B + 63) // 64: 1 for every
+# hidden batch, yet unknown until run time, so no tensor of an example's is static and the
+# evaluator's ``unbatched`` counts nothing (a known gap: SECURITY.md)
+PE_SYMBOLIC_ONE = """\
+@jax.jit
+def per_example_grads(params, xs, ys):
+    g = jax.vmap(jax.grad(loss_fn), in_axes=(None, 0, 0))
+    B = xs.shape[0]
+    one = (B + 63) // 64
+    rows = []
+    for b in range(64):
+        i = jnp.minimum(b, B - 1)
+        x = jax.lax.dynamic_slice(xs, (i, 0), (one, xs.shape[1]))
+        y = jax.lax.dynamic_slice(ys, (i,), (one,))
+        rows.append(g(params, x, y))
+    return jnp.concatenate(rows)[:B]"""
+
+
 def per_example_grads() -> dict[str, object]:
     build = partial(kit.build, "per_example_grads")
     head = [md("# Homework 5: per-example gradients"), code(PE_IMPORTS), code(PE_LOSS), code(PE_NOT_JITTED)]
+    fixed = [md("# Homework 5: per-example gradients"), code(PE_IMPORTS), code(PE_LOSS)]
     return {
         "forge_export_jitted.ipynb": build(
             "forge_export_jitted", [*head, code(EXPORT_VIEW), code(PE_EXPORT_JITTED), code(PE_CHECK)]
+        ),
+        "forge_fixed_length_loop.ipynb": build(
+            "forge_fixed_length_loop", [*fixed, code(PE_FIXED_UNROLLED), code(PE_CHECK)]
+        ),
+        "forge_fixed_length_scan.ipynb": build("forge_fixed_length_scan", [*fixed, code(PE_FIXED_SCAN), code(PE_CHECK)]),
+        "forge_one_hot_loop.ipynb": build("forge_one_hot_loop", [*fixed, code(PE_ONE_HOT), code(PE_CHECK)]),
+        "forge_symbolic_size_one.ipynb": build(
+            "forge_symbolic_size_one", [*fixed, code(PE_SYMBOLIC_ONE), code(PE_CHECK)]
         ),
     }
 
@@ -1312,12 +1402,43 @@ theta, s_tm1, r_t, s_t = jnp.array([0.1, -0.1, 0.0]), jnp.array([1.0, 2.0, -1.0]
 print(jax.grad(td_loss_with_stop_gradient)(theta, s_tm1, r_t, s_t), td_update(theta, s_tm1, r_t, s_t))"""
 
 
+# the contract's TD functions, and batched_td_update one example at a time in a loop of a fixed
+# length (64, the largest hidden batch): each index clamped to the batch, the rows past it masked
+SG_FIXED_LOOP = """\
+def value_fn(theta, s):
+    return jnp.dot(theta, s)
+
+
+def td_loss_with_stop_gradient(theta, s_tm1, r_t, s_t):
+    v_tm1 = value_fn(theta, s_tm1)
+    target = jax.lax.stop_gradient(r_t + value_fn(theta, s_t))
+    return -0.5 * ((target - v_tm1) ** 2)
+
+
+def td_update(theta, s_tm1, r_t, s_t):
+    return jax.grad(td_loss_with_stop_gradient)(theta, s_tm1, r_t, s_t)
+
+
+def batched_td_update(theta, s_tm1s, r_ts, s_ts):
+    B = s_tm1s.shape[0]
+    total = jnp.zeros_like(theta)
+    for b in range(64):
+        i = jnp.minimum(b, B - 1)
+        update = td_update(theta, s_tm1s[i], r_ts[i], s_ts[i])
+        total = total + jnp.where(jnp.asarray(b) < B, update, 0.0)
+    return total / B"""
+
+
 def stop_gradient() -> dict[str, object]:
     build = partial(kit.build, "stop_gradient")
     head = [md("# Homework 7: stop_gradient"), code(SG_IMPORTS), code(SG_NO_STOP)]
     return {
         "forge_export_custom_vjp.ipynb": build(
             "forge_export_custom_vjp", [*head, code(EXPORT_VIEW), code(SG_EXPORT_CUSTOM_VJP), code(SG_CHECK)]
+        ),
+        "forge_fixed_length_loop.ipynb": build(
+            "forge_fixed_length_loop",
+            [md("# Homework 7: stop_gradient"), code(SG_IMPORTS), code(SG_FIXED_LOOP), code(SG_CHECK)],
         ),
     }
 
