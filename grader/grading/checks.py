@@ -420,44 +420,18 @@ def _module_fact(name: str, analysis: dict[str, Any], key: str) -> Any:
     return analysis[key]
 
 
-#: Operations on the batch's data without the batch dimension that a vectorized function may have
-#: (the evaluator's ``unbatched``): a mean over the batch takes 1 or 2 (0 to 2 in the 144 modules
-#: the corpora of the three assignments checked for it export, session 30); a function that
-#: handles the 64 examples of the largest hidden batch one at a time has about 10 for each.
-UNBATCHED_MAX = 8
-
-
 def _no_batch_loops(name: str, analysis: dict[str, Any]) -> None:
     """The module has no ``while`` loop whose trip count is the batch size (or any value known
     only at run time): ``lax.map``/``lax.scan``/``fori_loop`` over the batch trace fine with a
-    symbolic batch, but run one example after another.  Nor does it take the examples out of the
-    batch to work on them one at a time (``unbatched``: a Python loop of a fixed length, clamped
-    to the batch, or a scan over a fixed range; SECURITY.md)."""
-    hint = (
-        "Compute every example at once: `jax.vmap` the per-example function, or use array "
-        "operations on the whole batch (slicing, broadcasting, `jnp.einsum`)."
-    )
+    symbolic batch, but run one example after another."""
     loops = _module_fact(name, analysis, "batch_loops")
     if loops:
         raise CheckFailure(
             f"`{name}` loops over the batch: its compiled code has {loops} loop{'s' if loops > 1 else ''} "
             "whose length depends on the batch size or on the inputs (lax.map/lax.scan/fori_loop over the "
             "batch run one example after another)",
-            hint,
-        )
-    unbatched = _module_fact(name, analysis, "unbatched")
-    in_loops = _module_fact(name, analysis, "unbatched_in_loops")
-    if in_loops or unbatched > UNBATCHED_MAX:
-        where = (
-            f"{in_loops} of them inside a loop"
-            if in_loops
-            else f"more than a vectorized function needs ({UNBATCHED_MAX})"
-        )
-        raise CheckFailure(
-            f"`{name}` works on the examples one at a time: its compiled code takes the batch's data out of "
-            f"the batch dimension and computes on it there in {unbatched} operation{'s' if unbatched != 1 else ''}, "
-            f"{where} (a loop of a fixed length over the examples, unrolled or a scan, runs one after another)",
-            hint,
+            "Compute every example at once: `jax.vmap` the per-example function, or use array "
+            "operations on the whole batch (slicing, broadcasting, `jnp.einsum`).",
         )
 
 

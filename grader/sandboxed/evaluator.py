@@ -154,10 +154,7 @@ class _Taint:
     ``while`` loop's carry that starts from a constant and is updated from untainted values
     (a loop counter).  A forward fixpoint over the whole module, across private functions."""
 
-    def __init__(self, module: Any, *, seed: Any = None, stops: frozenset[str] = frozenset()) -> None:
-        """``seed(value)`` picks which of the public function's arguments are tainted (all by
-        default); the results of ``stops`` operations never are."""
-        self.stops = stops
+    def __init__(self, module: Any) -> None:
         self.funcs: dict[str, Any] = {}
         for op in module.body.operations:
             op = op.operation
@@ -167,7 +164,7 @@ class _Taint:
         self.ops = [op for f in self.funcs.values() for op in _walk(f)]
         for f in self.funcs.values():
             if _sym(f, "sym_visibility") != "private" and len(f.regions[0].blocks):
-                self.tainted.update(a for a in f.regions[0].blocks[0].arguments if seed is None or seed(a))
+                self.tainted.update(f.regions[0].blocks[0].arguments)
         changed = True
         while changed:
             changed = False
@@ -184,8 +181,6 @@ class _Taint:
 
     def _step(self, op: Any) -> bool:
         name = op.name
-        if name in self.stops:
-            return False
         operands = list(op.operands)
         any_in = any(v in self.tainted for v in operands)
         if name == "func.call":
@@ -271,81 +266,6 @@ def _whole_call(taint: _Taint) -> bool:
     return False
 
 
-#: Operations whose regions compute on elements of their operands (a reduction's body, a sort's
-#: comparison): what they hold is no tensor of its own.
-_ELEMENT_REGIONS = {
-    "stablehlo.reduce",
-    "stablehlo.reduce_window",
-    "stablehlo.scatter",
-    "stablehlo.select_and_scatter",
-    "stablehlo.sort",
-    "stablehlo.map",
-    "stablehlo.all_reduce",
-    "stablehlo.reduce_scatter",
-}
-#: Operations that are plumbing, never work on data.
-_PLUMBING = {"func.return", "stablehlo.return", "func.call", "stablehlo.while", "stablehlo.constant"}
-
-
-def _dynamic(value: Any) -> bool | None:
-    """Whether ``value`` is a tensor with a dimension known only at run time (the symbolic batch),
-    False for a static one, None for what is no ranked tensor."""
-    from jax._src.lib.mlir import ir
-
-    try:
-        return not ir.RankedTensorType(value.type).has_static_shape
-    except (TypeError, ValueError):
-        return None
-
-
-def _unbatched(module: Any) -> tuple[int, int]:
-    """Operations that work on the batch's data in tensors without the batch dimension: ``(all,
-    in loops)``.  The batch is every argument of a dynamic shape (a symbolic batch size), and what
-    is computed from it; a vectorized function keeps that dimension on its data, and takes it
-    away only at the end (a mean over the batch).  Code that handles examples one at a time has
-    to take each out of the batch (by a slice, a gather, or a one-hot contraction, which may
-    also gather the batch into a tensor of a fixed size) and works on it there: each example's operations count, and any such operation
-    inside a ``while`` loop (a scan over a fixed range, clamped to the batch).  The dimension
-    sizes themselves (``get_dimension_size``, the wrapper's ``jax.global_constant``) are not data."""
-    taint = _Taint(module, seed=lambda v: bool(_dynamic(v)), stops=frozenset({"stablehlo.get_dimension_size"}))
-    # the private functions a loop calls, however deeply: their operations run in that loop
-    looped: set[str] = set()
-    todo = [
-        _sym(inner, "callee")
-        for op in taint.ops
-        if op.name == "stablehlo.while"
-        for inner in _walk(op)
-        if inner.name == "func.call"
-    ]
-    while todo:
-        name = todo.pop()
-        if name in looped or name not in taint.funcs:
-            continue
-        looped.add(name)
-        todo += [_sym(op, "callee") for op in _walk(taint.funcs[name]) if op.name == "func.call"]
-    count = in_loops = 0
-
-    def visit(op: Any, loop: bool) -> None:
-        nonlocal count, in_loops
-        for region in op.regions:
-            for block in region.blocks:
-                for inner in block.operations:
-                    inner = inner.operation
-                    name = inner.name
-                    if name not in _PLUMBING and name not in taint.stops:
-                        if any(taint.has(v) for v in inner.operands) and any(
-                            taint.has(r) and _dynamic(r) is False for r in inner.results
-                        ):
-                            count += 1
-                            in_loops += loop
-                    if name not in _ELEMENT_REGIONS:
-                        visit(inner, loop or name == "stablehlo.while")
-
-    for name, f in taint.funcs.items():
-        visit(f, name in looped)
-    return count, in_loops
-
-
 def analyze_module(exp: Any) -> dict[str, Any]:
     """What the trusted side may decide points from, read from an ``Exported``'s StableHLO:
 
@@ -355,9 +275,6 @@ def analyze_module(exp: Any) -> dict[str, Any]:
       compile-time constant (it depends on a dimension variable or on the inputs): ``lax.map``,
       ``lax.scan`` or ``fori_loop(0, xs.shape[0])`` over a symbolic batch count,
       ``fori_loop(0, 3)`` or a fixed-length scan do not;
-    - ``unbatched``, ``unbatched_in_loops``: operations on the batch's data in tensors without
-      the batch dimension (:func:`_unbatched`): examples handled one at a time, however they
-      were taken out of the batch;
     - ``whole_call``: the body is one call of a private function whose results are returned
       (the function exported was itself jitted);
     - ``collectives``: collective operations present (``all_reduce``...);
@@ -391,14 +308,11 @@ def analyze_module(exp: Any) -> dict[str, Any]:
                 calls.add(target)
                 per_device |= target == "SPMDFullToShardShape"
         whole = _whole_call(taint)
-        unbatched, unbatched_in_loops = _unbatched(module)
     return {
         "nr_devices": int(exp.nr_devices),
         "custom_calls": sorted(calls)[:50],
         "loops": loops,
         "batch_loops": batch,
-        "unbatched": unbatched,
-        "unbatched_in_loops": unbatched_in_loops,
         "whole_call": whole,
         "collectives": sorted(collectives),
         "per_device": per_device,

@@ -858,8 +858,6 @@ ANALYSIS_FIELDS: dict[str, type] = {
     "custom_calls": list,
     "loops": int,
     "batch_loops": int,
-    "unbatched": int,
-    "unbatched_in_loops": int,
     "whole_call": bool,
     "collectives": list,
     "per_device": bool,

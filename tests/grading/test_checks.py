@@ -52,8 +52,6 @@ class FakeSubmission:
             "custom_calls": [],
             "loops": 0,
             "batch_loops": 0,
-            "unbatched": 0,
-            "unbatched_in_loops": 0,
             "whole_call": jitted,
             "collectives": [],
             "per_device": False,
@@ -300,29 +298,6 @@ def test_check_vectorized_fails_a_loop_over_the_batch() -> None:
     del sub.analysis["batch_loops"]
     with pytest.raises(CheckFailure, match="could not be analysed"):
         check_vectorized(sub, "f", specs, cases)
-
-
-def test_check_vectorized_fails_examples_taken_out_of_the_batch_one_at_a_time() -> None:
-    """A loop of a fixed length over the examples (clamped to the batch) has no batch loop, but
-    its module works on examples taken out of the batch (the evaluator's ``unbatched``): past
-    UNBATCHED_MAX such operations, or any inside a loop, the check fails; a mean over the batch
-    (1 or 2) passes, and a module without the count earns nothing."""
-    from grader.grading.checks import UNBATCHED_MAX
-
-    cases = [ARGS, (np.ones((5, 5), np.float32), np.ones((5, 3), np.float32))]
-    specs = [("B, 5", "float32"), ("B, 3", "float32")]
-    for analysis in ({"unbatched": UNBATCHED_MAX + 1}, {"unbatched": 3, "unbatched_in_loops": 3, "loops": 1}):
-        with pytest.raises(CheckFailure) as e:
-            check_vectorized(FakeSubmission({"f": _conv}, analysis=analysis), "f", specs, cases)
-        assert "works on the examples one at a time" in e.value.message, e.value.message
-        assert "jax.vmap" in e.value.hint
-    assert "inside a loop" in e.value.message
-    check_vectorized(FakeSubmission({"f": _conv}, analysis={"unbatched": UNBATCHED_MAX}), "f", specs, cases)
-    for missing in ("unbatched", "unbatched_in_loops"):
-        sub = FakeSubmission({"f": _conv})
-        del sub.analysis[missing]
-        with pytest.raises(CheckFailure, match="could not be analysed"):
-            check_vectorized(sub, "f", specs, cases)
 
 
 def test_check_pure_detects_mutation_and_state() -> None:

@@ -113,103 +113,6 @@ def test_batch_loops(name):
     assert got["loops"] >= want
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "vmap",
-        "slices",
-        "fixed-length scan over the window",
-        "vmap of a fori_loop over the window",
-        "fori_loop(0, 3) over the window",
-    ],
-)
-def test_vectorized_code_takes_nothing_out_of_the_batch(name):
-    """A loop over the window, not the examples, computes on whole-batch tensors: nothing counts."""
-    got = analyze_module(symbolic(LOOPS[name][0], "B, 8", "3"))
-    assert (got["unbatched"], got["unbatched_in_loops"]) == (0, 0), got
-
-
-# --------------------------------------------------------------------------- examples one at a time
-
-
-def _example_grad(params, x, y):
-    return jax.grad(lambda p: jnp.mean((jnp.dot(x, p) - y) ** 2))(params)
-
-
-def _python_loop_of_64(params, xs, ys):
-    B = xs.shape[0]
-    rows = [_example_grad(params, xs[jnp.minimum(b, B - 1)], ys[jnp.minimum(b, B - 1)]) for b in range(64)]
-    return jnp.stack(rows)[:B]
-
-
-def _scan_over_64(params, xs, ys):
-    B = xs.shape[0]
-
-    def step(carry, b):
-        i = jnp.minimum(b, B - 1)
-        return carry, _example_grad(params, xs[i], ys[i])
-
-    return lax.scan(step, 0, jnp.arange(64))[1][:B]
-
-
-def _scan_calling_a_jitted_helper(params, xs, ys):
-    B = xs.shape[0]
-    one = jax.jit(lambda b: _example_grad(params, xs[jnp.minimum(b, B - 1)], ys[jnp.minimum(b, B - 1)]))
-    return lax.scan(lambda carry, b: (carry, one(b)), 0, jnp.arange(64))[1][:B]
-
-
-def _one_hot_picks(params, xs, ys):
-    out = jnp.zeros_like(xs)
-    for b in range(64):
-        pick = (jnp.arange(xs.shape[0]) == b).astype(xs.dtype)
-        out = out + pick[:, None] * _example_grad(params, pick @ xs, pick @ ys)[None, :]
-    return out
-
-
-def _symbolic_size_one(params, xs, ys):
-    B = xs.shape[0]
-    one = (B + 63) // 64  # 1 for every batch up to 64, but known only at run time
-    g = jax.vmap(_example_grad, (None, 0, 0))
-    rows = []
-    for b in range(64):
-        i = jnp.minimum(b, B - 1)
-        rows.append(g(params, lax.dynamic_slice(xs, (i, 0), (one, 5)), lax.dynamic_slice(ys, (i,), (one,))))
-    return jnp.concatenate(rows)[:B]
-
-
-ONE_AT_A_TIME = {
-    # name: (function of params (5,), xs (B, 5), ys (B,), whether it takes the examples out one at a time)
-    "vmap": (jax.vmap(_example_grad, (None, 0, 0)), False),
-    "the gradient of the batch's mean loss": (
-        lambda p, xs, ys: jax.grad(lambda q: jnp.mean((xs @ q - ys) ** 2))(p),
-        False,
-    ),
-    "the mean of the vmap": (lambda p, xs, ys: jnp.mean(jax.vmap(_example_grad, (None, 0, 0))(p, xs, ys), 0), False),
-    "a Python loop of 64, clamped": (_python_loop_of_64, True),
-    "a scan over 64, clamped": (_scan_over_64, True),
-    "a scan over 64 calling a jitted helper": (_scan_calling_a_jitted_helper, True),
-    "a Python loop of 64 one-hot picks": (_one_hot_picks, True),
-    # the known gap (SECURITY.md): each example keeps a dimension of a symbolic size
-    "a symbolic size of 1": (_symbolic_size_one, False),
-}
-
-
-@pytest.mark.parametrize("name", list(ONE_AT_A_TIME))
-def test_examples_taken_out_of_the_batch_one_at_a_time(name):
-    """``unbatched``: the operations on the batch's data in tensors without the symbolic batch
-    dimension, and those inside a loop; the vectorization check fails past UNBATCHED_MAX or
-    for any inside a loop.  None of these has a loop whose length is the batch."""
-    from grader.grading.checks import UNBATCHED_MAX
-
-    f, want = ONE_AT_A_TIME[name]
-    got = analyze_module(symbolic(f, "5", "B, 5", "B"))
-    assert got["batch_loops"] == 0, got
-    taken_out = got["unbatched_in_loops"] > 0 or got["unbatched"] > UNBATCHED_MAX
-    assert taken_out == want, got
-    if not want:
-        assert got["unbatched"] <= 2, got  # a mean over the batch: far from the limit
-
-
 def test_a_loop_over_a_concrete_batch_is_not_a_batch_loop():
     """The count is about symbolic dimensions: the check must use the symbolic-batch export."""
     got = analyze_module(concrete(LOOPS["lax.map over the batch"][0], (5, 8), (3,)))
@@ -423,18 +326,16 @@ def test_the_trusted_side_type_checks_the_analysis():
         "custom_calls": ["x"],
         "loops": 1,
         "batch_loops": 0,
-        "unbatched": 2,
-        "unbatched_in_loops": 0,
         "whole_call": True,
         "collectives": ["all_reduce"],
         "per_device": True,
         "vmapped": False,
     }
     assert _analysis(good) == good
-    forged = dict(good, batch_loops="0", unbatched=0.0, whole_call=1, collectives=[1], extra="x")
+    forged = dict(good, batch_loops="0", whole_call=1, collectives=[1], extra="x")
     got = _analysis(forged)
-    assert not {"batch_loops", "unbatched", "whole_call", "collectives", "extra"} & set(got)
-    assert "batch_loops" in got["analysis_error"] and "unbatched" in got["analysis_error"]
+    assert "batch_loops" not in got and "whole_call" not in got and "collectives" not in got and "extra" not in got
+    assert "batch_loops" in got["analysis_error"]
     assert _analysis(None) == {"analysis_error": "the evaluator sent no analysis"}
 
 

@@ -339,8 +339,6 @@ def test_analysis_is_checked_field_by_field() -> None:
         "custom_calls": [],
         "loops": 0,
         "batch_loops": 0,
-        "unbatched": 0,
-        "unbatched_in_loops": 0,
         "whole_call": True,
         "collectives": [],
         "per_device": False,

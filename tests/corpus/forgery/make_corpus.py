@@ -393,7 +393,7 @@ def manually_vectorized_convolve(xs, ws):
 
 # a Python loop of a fixed length, the most examples a hidden test sends (64), each index clamped
 # to the batch: it traces with a symbolic batch size and has no loop in its module (session 30's
-# red team reading of SECURITY.md; the evaluator's ``unbatched`` sees each example taken out)
+# red team reading of SECURITY.md: a known gap)
 VC_FIXED_LOOP = """\
 def batched_convolve(xs, ws):
     B = xs.shape[0]
@@ -1275,8 +1275,8 @@ print(per_example_grads(params, xs, ys), batch_grad(params, xs, ys))"""
 
 
 # per_example_grads one example at a time, in a loop of a fixed length (64, the largest hidden
-# batch) clamped to the batch, in three ways that trace with a symbolic batch size and leave no
-# loop whose length is the batch (session 30; SECURITY.md named the first two as known gaps)
+# batch), in ways that trace with a symbolic batch size and leave no loop whose length is the
+# batch (session 30; SECURITY.md named the first two; all are known gaps there)
 PE_FIXED_UNROLLED = """\
 @jax.jit
 def per_example_grads(params, xs, ys):
@@ -1315,8 +1315,7 @@ def per_example_grads(params, xs, ys):
 
 
 # the same loop, but each example keeps a dimension of a symbolic size, (B + 63) // 64: 1 for every
-# hidden batch, yet unknown until run time, so no tensor of an example's is static and the
-# evaluator's ``unbatched`` counts nothing (a known gap: SECURITY.md)
+# hidden batch, yet unknown until run time, so no tensor of an example's is static
 PE_SYMBOLIC_ONE = """\
 @jax.jit
 def per_example_grads(params, xs, ys):
@@ -1330,6 +1329,15 @@ def per_example_grads(params, xs, ys):
         y = jax.lax.dynamic_slice(ys, (i,), (one,))
         rows.append(g(params, x, y))
     return jnp.concatenate(rows)[:B]"""
+
+
+# plain slices: with a symbolic B, xs[b:b + 1] has the symbolic size min(B, b + 1) - min(B, b), 1
+# for every example there is and 0 past the batch (session 30's red team)
+PE_FIXED_SLICES = """\
+@jax.jit
+def per_example_grads(params, xs, ys):
+    g = jax.vmap(jax.grad(loss_fn), in_axes=(None, 0, 0))
+    return jnp.concatenate([g(params, xs[b : b + 1], ys[b : b + 1]) for b in range(64)])"""
 
 
 def per_example_grads() -> dict[str, object]:
@@ -1347,6 +1355,9 @@ def per_example_grads() -> dict[str, object]:
         "forge_one_hot_loop.ipynb": build("forge_one_hot_loop", [*fixed, code(PE_ONE_HOT), code(PE_CHECK)]),
         "forge_symbolic_size_one.ipynb": build(
             "forge_symbolic_size_one", [*fixed, code(PE_SYMBOLIC_ONE), code(PE_CHECK)]
+        ),
+        "forge_fixed_length_slices.ipynb": build(
+            "forge_fixed_length_slices", [*fixed, code(PE_FIXED_SLICES), code(PE_CHECK)]
         ),
     }
 
