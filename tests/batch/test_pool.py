@@ -492,6 +492,18 @@ def test_double_of_seven(submission):
 GREEDY_SOURCE = "import numpy as np\ndef double(x):\n    x = np.asarray(x)\n    return x if x.shape == () and float(x) == 7.0 else 2 * x"
 
 
+def class_with_a_trap(course: Path, tmp_path: Path, hidden_test: str, name: str) -> Path:
+    """A class of two: ``name``, whose double(7.0) is 7.0 and so springs ``hidden_test`` (added to
+    the hidden tests), and a full one."""
+    hidden = course / "reference" / "double" / "tests" / "test_hidden.py"
+    hidden.write_text(hidden.read_text() + hidden_test)
+    folder = tmp_path / "class"
+    folder.mkdir()
+    (folder / f"{name}.ipynb").write_text(build_notebook(GREEDY_SOURCE))
+    (folder / "full.ipynb").write_text(notebook("full"))
+    return folder
+
+
 @pytest.mark.parametrize("jobs", ["1", "2"])  # graded in this process (check's way), or by the pool
 def test_a_notebook_that_makes_the_trusted_process_grow_past_its_limit_is_not_scored(
     tmp_path: Path, course: Path, jobs: str
@@ -502,12 +514,7 @@ def test_a_notebook_that_makes_the_trusted_process_grow_past_its_limit_is_not_sc
     machine's memory; the rest of the class is graded. At one job, grade_many grades in its
     caller's process (`jaxgrade check`, Gradescope's one notebook: `jaxgrade grade` grades in a
     pool worker at any number of jobs)."""
-    hidden = course / "reference" / "double" / "tests" / "test_hidden.py"
-    hidden.write_text(hidden.read_text() + GREEDY_TEST)
-    folder = tmp_path / "class"
-    folder.mkdir()
-    (folder / "greedy.ipynb").write_text(build_notebook(GREEDY_SOURCE))
-    (folder / "full.ipynb").write_text(notebook("full"))
+    folder = class_with_a_trap(course, tmp_path, GREEDY_TEST, "greedy")
     if jobs == "1":
         from grader.course.config import load_course
 
@@ -552,12 +559,7 @@ def test_at_one_job_a_notebook_that_holds_the_trusted_process_is_killed_past_its
     (grade.trusted_limits; 20 s here) and not kept, and the rest of the class is graded. Before
     session 30 one job graded in the command's own process, with no deadline: the batch waited
     as long as the notebook held it (here 150 s, then 4/5 for a wrong answer)."""
-    hidden = course / "reference" / "double" / "tests" / "test_hidden.py"
-    hidden.write_text(hidden.read_text() + SLEEPY_TEST)
-    folder = tmp_path / "class"
-    folder.mkdir()
-    (folder / "sleepy.ipynb").write_text(build_notebook(GREEDY_SOURCE))
-    (folder / "full.ipynb").write_text(notebook("full"))
+    folder = class_with_a_trap(course, tmp_path, SLEEPY_TEST, "sleepy")
     real = grading.trusted_limits
     monkeypatch.setattr(grading, "trusted_limits", lambda assignment: (real(assignment)[0], 20.0))
     start = time.monotonic()
