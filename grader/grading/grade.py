@@ -468,9 +468,10 @@ def _grade_in_worker(
 
 
 def raise_setup_error(result: Any) -> None:
-    """Raise again, in the coordinator, the :class:`SandboxSetupError` a trusted worker met (a
-    pool's or a Dask worker's grading child): as :func:`grade_one` lets it through, it stops the
-    batch with what to do instead of making every submission a grader bug."""
+    """Raise again, in the coordinator, the :class:`SandboxSetupError` a pool's trusted worker met
+    (a Dask worker's grading task raises it itself: grader/batch/cluster.py): as :func:`grade_one`
+    lets it through, it stops the batch with what to do instead of making every submission a
+    grader bug."""
     if isinstance(result, dict) and SETUP_FAILED in result:
         raise SandboxSetupError(str(result[SETUP_FAILED]))
 
