@@ -826,13 +826,27 @@ def sweep_abandoned_scratch(base: Path | None = None) -> list[str]:
     swept = []
     for name in names:
         try:
-            folder = _sweep_one(base, name)
+            folder = _sweep_probe(base, name) or _sweep_one(base, name)
         except OSError as exc:  # someone else's leftovers: never a reason to fail a grading
             log.debug("sweeping %s: %s", base / name, exc)
             continue
         if folder is not None:
             swept.append(folder)
     return swept
+
+
+def _sweep_probe(base: Path, name: str) -> str | None:
+    """Remove ``base/name`` if it is :func:`scratch_status`'s probe folder, left by a grader that
+    died while it probed (this user's, not a mount point, its maker gone).  Returns it if so."""
+    match = _PROBE_NAME.fullmatch(name)
+    if not match or not cgroups.owner_gone(match.group(1)):
+        return None
+    folder = base / name
+    st = os.lstat(folder)
+    if st.st_uid != os.geteuid() or not stat.S_ISDIR(st.st_mode) or os.path.ismount(folder):
+        return None
+    shutil.rmtree(folder)
+    return str(folder)
 
 
 def _sweep_one(base: Path, name: str) -> str | None:
@@ -926,6 +940,10 @@ def sweep_after_lost_grader() -> None:
 
 
 SCRATCH_SOURCE = "jaxgrade-scratch-"
+#: The mount source and folder prefix of :func:`scratch_status`'s probe, followed by its maker's
+#: :func:`cgroups.owner_tag` (and, for the folder, a dash and mkdtemp's letters).
+PROBE_SOURCE = "jaxgrade-probe-"
+_PROBE_NAME = re.compile(r"jaxgrade-probe-([0-9.]+)-[A-Za-z0-9_]+")
 
 
 def sweep_stale_scratch(mounts: str | None = None) -> list[str]:
@@ -939,9 +957,13 @@ def sweep_stale_scratch(mounts: str | None = None) -> list[str]:
     swept = []
     for line in mounts.splitlines():
         fields = line.split()
-        if len(fields) < 3 or fields[2] != "tmpfs" or not fields[0].startswith(SCRATCH_SOURCE):
+        if len(fields) < 3 or fields[2] != "tmpfs":
             continue
-        if cgroups.owner_gone(fields[0][len(SCRATCH_SOURCE) :]):
+        source = fields[0]
+        prefix = next((p for p in (SCRATCH_SOURCE, PROBE_SOURCE) if source.startswith(p)), None)
+        if prefix is None:
+            continue
+        if cgroups.owner_gone(source[len(prefix) :]):
             path = Path(fields[1].replace("\\040", " "))
             remove_scratch(path)
             swept.append(str(path))
@@ -955,10 +977,13 @@ def scratch_status() -> tuple[bool, str]:
         return False, "JAXGRADE_NO_SCRATCH_TMPFS is set"
     if os.geteuid() != 0 or shutil.which("mount") is None:
         return False, "the grader is not root (mounting a size-capped tmpfs needs root)"
-    probe = Path(tempfile.mkdtemp(prefix="jaxgrade-probe-"))
+    # named by its maker, as a sandbox's scratch is: a grader killed while it probes leaves the
+    # folder (and maybe the mount), which sweep_stale_scratch and sweep_abandoned_scratch then take
+    owner = cgroups.owner_tag()
+    probe = Path(tempfile.mkdtemp(prefix=f"{PROBE_SOURCE}{owner}-"))
     try:
         done = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=1m", "jaxgrade-probe", str(probe)], capture_output=True
+            ["mount", "-t", "tmpfs", "-o", "size=1m", f"{PROBE_SOURCE}{owner}", str(probe)], capture_output=True
         )
         if done.returncode != 0:
             return False, f"mount -t tmpfs failed: {done.stderr.decode(errors='replace').strip()[:200]}"
