@@ -79,19 +79,19 @@ from grader.course.config import (
     load_course,
 )
 from grader.grading.grade import (
-    SETUP_FAILED,
     _bug_record,
     _init_worker,
     _lost_record,
     _task,
     cache_plan,
     memory_limit,
+    raise_setup_error,
     trusted_limits,
 )
 from grader.grading.record import Record, cap_record
 from grader.host import xla_flags
 from grader.host.memory import cap_malloc_arenas, is_out_of_memory
-from grader.host.sandbox import SandboxSetupError, choose_isolation, sweep_after_lost_grader
+from grader.host.sandbox import choose_isolation, sweep_after_lost_grader
 
 log = logging.getLogger(__name__)
 
@@ -656,9 +656,7 @@ def grade_task(bundle: CourseBundle, request: dict[str, Any]) -> dict[str, Any]:
         return {"lost": {"attempts": result.attempts, "exitcode": result.exitcode, "limit": result.limit}}
     if isinstance(result, Raised):
         return {"raised": result.traceback}
-    if isinstance(result, dict) and SETUP_FAILED in result:  # this worker cannot sandbox anyone:
-        # raised in the task, it stops the coordinator (its _received lets it through), as locally
-        raise SandboxSetupError(f"on worker {_here()}: {result[SETUP_FAILED]}")
+    raise_setup_error(result, f"on worker {_here()}: ")  # _received lets it through: the batch stops
     return {"record": result, "worker": _here()}
 
 

@@ -467,13 +467,14 @@ def _grade_in_worker(
     return rec.to_dict()
 
 
-def raise_setup_error(result: Any) -> None:
-    """Raise again, in the coordinator, the :class:`SandboxSetupError` a pool's trusted worker met
-    (a Dask worker's grading task raises it itself: grader/batch/cluster.py): as :func:`grade_one`
-    lets it through, it stops the batch with what to do instead of making every submission a
-    grader bug."""
+def raise_setup_error(result: Any, where: str = "") -> None:
+    """Raise again the :class:`SandboxSetupError` a trusted worker met (``result`` is its reply;
+    ``where`` goes before the message): in the coordinator for a pool's, in the Dask task for a
+    Dask worker's (grader/batch/cluster.py, whose coordinator then stops the same way).  As
+    :func:`grade_one` lets it through, it stops the batch with what to do instead of making
+    every submission a grader bug."""
     if isinstance(result, dict) and SETUP_FAILED in result:
-        raise SandboxSetupError(str(result[SETUP_FAILED]))
+        raise SandboxSetupError(f"{where}{result[SETUP_FAILED]}")
 
 
 _WARM = "warm the trusted compilation cache"

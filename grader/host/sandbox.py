@@ -691,24 +691,11 @@ def make_scratch(prefix: str = "jaxgrade-", size_bytes: int | None = None) -> Pa
     # The lock comes first, while the name is known to no one else.
     base = Path(tempfile.gettempdir()).absolute()
     _sweep_abandoned_scratch_once(str(base))
-    for attempt in range(100):
-        path = base / f"{prefix}{secrets.token_hex(12)}"
-        _SCRATCH.add(path)
-        try:
-            _hold_scratch_lock(path)
-            os.mkdir(path, 0o700)
-            break
-        except OSError as exc:
-            _release_scratch_lock(path)
-            _SCRATCH.discard(path)
-            if not isinstance(exc, FileExistsError) or attempt == 99:
-                raise
+    path = _locked_folder(base, prefix)
     try:
         os.chmod(path, 0o700)
         if size_bytes is not None and scratch_status()[0]:
-            opts = f"size={int(size_bytes)},mode=0700,nosuid,nodev"
-            source = f"{SCRATCH_SOURCE}{cgroups.owner_tag()}"  # whose it is, for sweep_stale_scratch
-            done = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, source, str(path)], capture_output=True)
+            done = _mount_tmpfs(path, f"size={int(size_bytes)},mode=0700,nosuid,nodev")
             if done.returncode != 0:
                 log.warning(
                     "scratch %s is not size-capped: mount failed: %s", path, done.stderr.decode(errors="replace")[:300]
@@ -717,6 +704,30 @@ def make_scratch(prefix: str = "jaxgrade-", size_bytes: int | None = None) -> Pa
         remove_scratch(path)
         raise
     return path
+
+
+def _locked_folder(base: Path, prefix: str) -> Path:
+    """A new folder ``base/<prefix><24 hex digits>`` under its held lock, registered for
+    :func:`remove_scratch` before it is made (:func:`make_scratch`)."""
+    for attempt in range(100):
+        path = base / f"{prefix}{secrets.token_hex(12)}"
+        _SCRATCH.add(path)
+        try:
+            _hold_scratch_lock(path)
+            os.mkdir(path, 0o700)
+            return path
+        except OSError as exc:
+            _release_scratch_lock(path)
+            _SCRATCH.discard(path)
+            if not isinstance(exc, FileExistsError) or attempt == 99:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _mount_tmpfs(path: Path, options: str) -> subprocess.CompletedProcess[bytes]:
+    """A tmpfs on ``path``, its source naming this process (whose it is, for sweep_stale_scratch)."""
+    source = f"{SCRATCH_SOURCE}{cgroups.owner_tag()}"
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", options, source, str(path)], capture_output=True)
 
 
 def remove_scratch(path: Path) -> None:
@@ -826,27 +837,13 @@ def sweep_abandoned_scratch(base: Path | None = None) -> list[str]:
     swept = []
     for name in names:
         try:
-            folder = _sweep_probe(base, name) or _sweep_one(base, name)
+            folder = _sweep_one(base, name)
         except OSError as exc:  # someone else's leftovers: never a reason to fail a grading
             log.debug("sweeping %s: %s", base / name, exc)
             continue
         if folder is not None:
             swept.append(folder)
     return swept
-
-
-def _sweep_probe(base: Path, name: str) -> str | None:
-    """Remove ``base/name`` if it is :func:`scratch_status`'s probe folder, left by a grader that
-    died while it probed (this user's, not a mount point, its maker gone).  Returns it if so."""
-    match = _PROBE_NAME.fullmatch(name)
-    if not match or not cgroups.owner_gone(match.group(1)):
-        return None
-    folder = base / name
-    st = os.lstat(folder)
-    if st.st_uid != os.geteuid() or not stat.S_ISDIR(st.st_mode) or os.path.ismount(folder):
-        return None
-    shutil.rmtree(folder)
-    return str(folder)
 
 
 def _sweep_one(base: Path, name: str) -> str | None:
@@ -940,10 +937,6 @@ def sweep_after_lost_grader() -> None:
 
 
 SCRATCH_SOURCE = "jaxgrade-scratch-"
-#: The mount source and folder prefix of :func:`scratch_status`'s probe, followed by its maker's
-#: :func:`cgroups.owner_tag` (and, for the folder, a dash and mkdtemp's letters).
-PROBE_SOURCE = "jaxgrade-probe-"
-_PROBE_NAME = re.compile(r"jaxgrade-probe-([0-9.]+)-[A-Za-z0-9_]+")
 
 
 def sweep_stale_scratch(mounts: str | None = None) -> list[str]:
@@ -957,13 +950,9 @@ def sweep_stale_scratch(mounts: str | None = None) -> list[str]:
     swept = []
     for line in mounts.splitlines():
         fields = line.split()
-        if len(fields) < 3 or fields[2] != "tmpfs":
+        if len(fields) < 3 or fields[2] != "tmpfs" or not fields[0].startswith(SCRATCH_SOURCE):
             continue
-        source = fields[0]
-        prefix = next((p for p in (SCRATCH_SOURCE, PROBE_SOURCE) if source.startswith(p)), None)
-        if prefix is None:
-            continue
-        if cgroups.owner_gone(source[len(prefix) :]):
+        if cgroups.owner_gone(fields[0][len(SCRATCH_SOURCE) :]):
             path = Path(fields[1].replace("\\040", " "))
             remove_scratch(path)
             swept.append(str(path))
@@ -977,21 +966,18 @@ def scratch_status() -> tuple[bool, str]:
         return False, "JAXGRADE_NO_SCRATCH_TMPFS is set"
     if os.geteuid() != 0 or shutil.which("mount") is None:
         return False, "the grader is not root (mounting a size-capped tmpfs needs root)"
-    # named by its maker, as a sandbox's scratch is: a grader killed while it probes leaves the
-    # folder (and maybe the mount), which sweep_stale_scratch and sweep_abandoned_scratch then take
-    owner = cgroups.owner_tag()
-    probe = Path(tempfile.mkdtemp(prefix=f"{PROBE_SOURCE}{owner}-"))
+    # made, mounted and removed as a sandbox's scratch is: a grader killed while it probes leaves
+    # a folder under a lock that dies with it and a mount that names it, for the sweeps to take
+    probe = _locked_folder(Path(tempfile.gettempdir()).absolute(), "jaxgrade-probe-")
     try:
-        done = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=1m", f"{PROBE_SOURCE}{owner}", str(probe)], capture_output=True
-        )
+        done = _mount_tmpfs(probe, "size=1m")
         if done.returncode != 0:
             return False, f"mount -t tmpfs failed: {done.stderr.decode(errors='replace').strip()[:200]}"
         subprocess.run(["umount", str(probe)], capture_output=True)
         _sweep_abandoned_scratch_once(str(Path(tempfile.gettempdir()).absolute()))  # stale mounts first
         return True, ""
     finally:
-        shutil.rmtree(probe, ignore_errors=True)
+        remove_scratch(probe)
 
 
 def resource_warning() -> str | None:

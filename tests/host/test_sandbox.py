@@ -539,15 +539,16 @@ time.sleep(600)
 
 
 #: A grader killed while it probes for a scratch tmpfs (sandbox.scratch_status): it stops right
-#: after the probe's mount, as a SIGKILL there would leave it.
+#: after the command named by its argument (the probe's mount, or its umount), as a SIGKILL
+#: there would leave it.
 PROBE_KILLED = """
-import subprocess, time
+import subprocess, sys, time
 from grader.host import sandbox
 real = subprocess.run
 def run(cmd, *args, **kwargs):
     done = real(cmd, *args, **kwargs)
-    if cmd[0] == "mount":
-        print("mounted", flush=True)
+    if cmd[0] == sys.argv[1]:
+        print("stopped", flush=True)
         time.sleep(600)
     return done
 subprocess.run = run
@@ -556,35 +557,38 @@ sandbox.scratch_status()
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None, reason="the probe mounts a tmpfs: root only")
-def test_a_probe_left_by_a_grader_killed_while_it_probed_is_swept(tmp_path: Path) -> None:
-    """The scratch probe's folder and tmpfs are named by their maker, as a sandbox's scratch is:
-    a grader killed between its mount and its removal (a Ctrl-C's kill of a trusted worker that
-    had just started: session 30's CI) left both for good; the sweeps after a lost worker take
-    them, and leave a live grader's probe alone."""
+@pytest.mark.parametrize("after", ["mount", "umount"])
+def test_a_probe_left_by_a_grader_killed_while_it_probed_is_swept(tmp_path: Path, after: str) -> None:
+    """The scratch probe is made, mounted and removed as a sandbox's scratch is (a folder under
+    a lock that dies with its maker, a mount that names it): a grader killed between its mount
+    and its removal (a Ctrl-C's kill of a trusted worker that had just started: session 30's
+    CI) left both for good; the sweeps after a lost worker take them, and leave a live grader's
+    probe alone."""
     base = tmp_path / "tmp"
     base.mkdir()
     proc = subprocess.Popen(
-        [sys.executable, "-c", PROBE_KILLED],
+        [sys.executable, "-c", PROBE_KILLED, after],
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "TMPDIR": str(base)},
     )
     try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "mounted"
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "stopped"
     finally:
         proc.kill()
         proc.wait()
     (left,) = base.glob("jaxgrade-probe-*")
-    assert os.path.ismount(left)
-    live = base / f"{sandbox.PROBE_SOURCE}{sandbox.cgroups.owner_tag()}-abc123"  # this grader's, probing
-    live.mkdir()
-    pid, start, ns = sandbox.cgroups.owner_tag().split(".")
-    unmounted = base / f"{sandbox.PROBE_SOURCE}{pid}.{int(start) - 1}.{ns}-def456"  # killed after its umount
-    unmounted.mkdir()
-    assert str(left) in sandbox.sweep_stale_scratch()
-    assert sandbox.sweep_abandoned_scratch(base) == [str(unmounted)]
-    assert not left.exists() and not os.path.ismount(left)
-    assert live.is_dir()
+    assert os.path.ismount(left) == (after == "mount")
+    live = sandbox._locked_folder(base, "jaxgrade-probe-")  # this grader's, probing
+    try:
+        # a mount goes with its folder (its lock, after); a folder without one goes by its lock
+        assert (str(left) in sandbox.sweep_stale_scratch()) == (after == "mount")
+        assert sandbox.sweep_abandoned_scratch(base) == ([] if after == "mount" else [str(left)])
+        assert sorted(p.name for p in base.iterdir()) == sorted([live.name, f".{live.name}.lock"])
+        assert not os.path.ismount(left)
+    finally:
+        sandbox.remove_scratch(live)
+    assert list(base.iterdir()) == []
 
 
 @pytest.mark.parametrize("kind", ["plain", "tmpfs"])
