@@ -387,14 +387,29 @@ def check_vectorized(
     the reference's).  Wrong numbers fail it too, as in :func:`check_jit`.  The module must
     also have no loop whose length is the batch size (``batch_loops`` of the evaluator's
     analysis): ``lax.map``/``lax.scan``/``fori_loop`` over the batch trace with a symbolic batch
-    but run one example after another."""
+    but run one example after another.  Nor may it take the examples out of the batch one at a
+    time (a loop of a fixed length over them, unrolled or a scan): at the largest batch of
+    ``cases``, the evaluator counts the operations that take the batch's data to a tensor
+    without its batch axis (``per_example_ops``), and more than :data:`PER_EXAMPLE_MAX` fail.
+    The batch axes are those of ``specs`` that are not a number (``"B, 5"``: axis 0)."""
     try:
         exp = submission.export(name, specs)
     except StudentRaised as exc:
         raise _batch_trace_failure(name, exc) from None
+    batch_axes = tuple(
+        tuple(i for i, dim in enumerate(shape.split(",")) if shape.strip() and not dim.strip().isdigit())
+        for shape, _ in specs
+    )
+    sizes = [max((np.shape(a)[i] for a, axes in zip(case, batch_axes) for i in axes), default=0) for case in cases]
+    largest = max(range(len(cases)), key=lambda i: sizes[i], default=-1)
     analysis: dict[str, Any] = {}
+    per_example: dict[str, Any] = {}
     for i, case in enumerate(cases):
-        got, info = submission.evaluate(name, exp.module, *case)
+        if i == largest and sizes[i] >= 2:
+            got, info = submission.evaluate(name, exp.module, *case, batch_axes=batch_axes)
+            per_example = {**info, "batch": sizes[i]}
+        else:
+            got, info = submission.evaluate(name, exp.module, *case)
         analysis = analysis or info.get("analysis", {})
         shapes = ", ".join(str(np.shape(a)) for a in case)
         want = expected[i] if expected is not None else None
@@ -408,6 +423,8 @@ def check_vectorized(
         except CheckFailure as exc:
             raise _wrong_numbers(submission, name, tuple(case), None, exc, "the traced function", trusted) from None
     _no_batch_loops(name, analysis)
+    if per_example:
+        _not_one_at_a_time(name, per_example)
 
 
 def _module_fact(name: str, analysis: dict[str, Any], key: str) -> Any:
@@ -420,6 +437,12 @@ def _module_fact(name: str, analysis: dict[str, Any], key: str) -> Any:
     return analysis[key]
 
 
+_VECTORIZE_HINT = (
+    "Compute every example at once: `jax.vmap` the per-example function, or use array "
+    "operations on the whole batch (slicing, broadcasting, `jnp.einsum`)."
+)
+
+
 def _no_batch_loops(name: str, analysis: dict[str, Any]) -> None:
     """The module has no ``while`` loop whose trip count is the batch size (or any value known
     only at run time): ``lax.map``/``lax.scan``/``fori_loop`` over the batch trace fine with a
@@ -430,8 +453,34 @@ def _no_batch_loops(name: str, analysis: dict[str, Any]) -> None:
             f"`{name}` loops over the batch: its compiled code has {loops} loop{'s' if loops > 1 else ''} "
             "whose length depends on the batch size or on the inputs (lax.map/lax.scan/fori_loop over the "
             "batch run one example after another)",
-            "Compute every example at once: `jax.vmap` the per-example function, or use array "
-            "operations on the whole batch (slicing, broadcasting, `jnp.einsum`).",
+            _VECTORIZE_HINT,
+        )
+
+
+#: Operations on examples taken out of the batch that a vectorized function may have (the
+#: evaluator's ``per_example_ops``): a mean over the batch is one, and the corpora and the red
+#: team's honest forms (a Python loop over 5 features, three means...) have 0 to 5 (session 31).
+#: A function that handles each of the 64 examples of the largest hidden batch on its own takes
+#: each out of the batch at least once: 62 to 192 in the forgeries.
+PER_EXAMPLE_MAX = 32
+
+
+def _not_one_at_a_time(name: str, info: dict[str, Any]) -> None:
+    """The module, at the largest batch it was checked at, does not take the examples out of the
+    batch one at a time (:data:`PER_EXAMPLE_MAX`); one that could not be analysed fails."""
+    count = info.get("per_example_ops")
+    if type(count) is not int:
+        raise CheckFailure(
+            f"the compiled `{name}` could not be analysed "
+            f"({info.get('per_example_error') or 'the evaluator did not count its operations'})",
+        )
+    if count > PER_EXAMPLE_MAX:
+        raise CheckFailure(
+            f"`{name}` works on the examples one at a time: for a batch of {info['batch']}, its compiled code "
+            f"takes the batch's data out of the batch axis {count} times (a vectorized function does it a "
+            f"few times at most, for a mean over the batch; a loop over the examples, even of a fixed "
+            "length and unrolled, or a scan, does it for every example)",
+            _VECTORIZE_HINT,
         )
 
 

@@ -85,8 +85,10 @@ class Submission:
     ) -> ExportResult:
         return self._session.export(name, specs, static, example=example, vjp_order=vjp_order)
 
-    def evaluate(self, name: str, module: bytes, *args: Any) -> tuple[Any, dict[str, Any]]:
-        return self._session.evaluate(name, module, *args)
+    def evaluate(
+        self, name: str, module: bytes, *args: Any, batch_axes: tuple[tuple[int, ...], ...] = ()
+    ) -> tuple[Any, dict[str, Any]]:
+        return self._session.evaluate(name, module, *args, batch_axes=batch_axes)
 
     def evaluate_grad(self, name: str, module: bytes, argnum: int, *args: Any) -> tuple[Any, dict[str, Any]]:
         """The gradient of the module's scalar result with respect to ``args[argnum]`` (the

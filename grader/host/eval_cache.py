@@ -19,7 +19,7 @@ class two of three correct notebooks export the same 25 modules.
 - **Keyed by the evaluator's code too**: the folder's name also digests ``grader/sandboxed/``
   and ``grader/wire/`` (:func:`code_digest`), so a fixed analysis is never answered from before.
 - **Only plain answers are kept, from an evaluator that only ran plain modules**
-  (:func:`eval_plain`): a successful run whose analysis did not fail and whose custom calls are
+  (:func:`eval_plain`): a successful run whose analyses did not fail and whose custom calls are
   only JAX's shape assertions and sharding markers.  One evaluator answers every request of a
   submission, so a module that could leave state behind (a custom call into native code, an
   analysis that ran out of memory, an error) must not decide what a classmate's identical
@@ -60,7 +60,12 @@ def eval_plain(reply: Any) -> bool:
     """Whether an evaluator's ``Evaluated`` reply came from a plain module (see the module doc)."""
     analysis = reply.analysis if isinstance(reply.analysis, dict) else {}
     calls = reply.custom_calls
-    return "analysis_error" not in analysis and calls is not None and set(calls) <= PLAIN_CUSTOM_CALLS
+    return (
+        "analysis_error" not in analysis
+        and getattr(reply, "per_example_error", None) is None
+        and calls is not None
+        and set(calls) <= PLAIN_CUSTOM_CALLS
+    )
 
 
 @functools.lru_cache(maxsize=1)

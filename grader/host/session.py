@@ -696,13 +696,22 @@ class Session:
         return self.evaluator
 
     def evaluate(
-        self, name: str, module: bytes, *args: Any, timeout: float | None = None
+        self,
+        name: str,
+        module: bytes,
+        *args: Any,
+        timeout: float | None = None,
+        batch_axes: tuple[tuple[int, ...], ...] = (),
     ) -> tuple[Any, dict[str, Any]]:
         """Run an exported module on inputs in the evaluator; returns (value, info).
 
         ``info`` holds ``elapsed``, ``nr_devices``, ``custom_calls`` and ``analysis`` (see
-        :meth:`analyze`), every field type-checked here."""
-        return self._evaluator_request(messages.Eval(self._new_id()), name, module, args, timeout)
+        :meth:`analyze`), every field type-checked here.  With ``batch_axes`` (for each argument,
+        the axes that hold the batch's examples), it also holds ``per_example_ops``: the
+        operations that work on examples taken out of the batch, at these arguments' shapes
+        (:func:`grader.sandboxed.evaluator.per_example_ops`), or ``per_example_error``."""
+        request = messages.Eval(self._new_id(), tuple(tuple(a) for a in batch_axes))
+        return self._evaluator_request(request, name, module, args, timeout)
 
     def evaluate_grad(
         self, name: str, module: bytes, argnum: int, *args: Any, timeout: float | None = None
@@ -792,6 +801,10 @@ class Session:
         if reply.custom_calls is not None:
             info["custom_calls"] = list(reply.custom_calls)
         info["analysis"] = reply.analysis
+        if reply.per_example_ops is not None:
+            info["per_example_ops"] = reply.per_example_ops
+        if reply.per_example_error is not None:
+            info["per_example_error"] = reply.per_example_error
         return out.get("result"), info
 
 

@@ -65,7 +65,8 @@ def _evaluate(header: dict[str, Any], payload: bytes) -> tuple[messages.Evaluate
     """One request (:data:`REQUESTS`): :class:`~messages.Eval` (call the module on ``args``),
     :class:`~messages.Grad` (the gradient of its scalar result with respect to
     ``args[argnum]``; the module must be serialized with ``vjp_order >= 1``) or
-    :class:`~messages.Analyze` (the analysis alone).  Every answer carries the module's analysis."""
+    :class:`~messages.Analyze` (the analysis alone).  Every answer carries the module's analysis;
+    an ``Eval`` with ``batch_axes`` also counts :func:`per_example_ops` at the arguments' shapes."""
     import jax
 
     request = messages.decode_request(header, *REQUESTS)
@@ -92,7 +93,13 @@ def _evaluate(header: dict[str, Any], payload: bytes) -> tuple[messages.Evaluate
         out = jax.block_until_ready(jax.grad(scalar)(args[argnum]))
     else:
         out = jax.block_until_ready(exp.call(*args))
-    return replace(head, elapsed=time.perf_counter() - t0), {"result": out}
+    head = replace(head, elapsed=time.perf_counter() - t0)
+    if isinstance(request, messages.Eval) and request.batch_axes:
+        try:
+            head = replace(head, per_example_ops=per_example_ops(exp, args, [list(a) for a in request.batch_axes]))
+        except Exception as exc:  # decides nothing: the check fails closed
+            head = replace(head, per_example_error=f"{type(exc).__name__}: {exc}"[:500])
+    return head, {"result": out}
 
 
 # --------------------------------------------------------------------------- module analysis
@@ -322,6 +329,384 @@ def analyze_module(exp: Any) -> dict[str, Any]:
 
 #: A location whose name stack passes through ``jax.vmap``: ``loc("jit(f)/vmap(conv)/dot_general"``.
 _VMAP_IN_NAME_STACK = re.compile(r'loc\("[^"]*\bvmap\(')
+
+
+# --------------------------------------------------------------------------- examples one at a time
+#
+# A function that works on one example at a time (a Python loop of a fixed length over the
+# examples, clamped to the batch; a scan over a fixed range; a jitted helper called per example)
+# traces with a symbolic batch size and has no loop whose length is the batch, so ``batch_loops``
+# misses it.  It cannot hide this at a concrete batch size: the module is lowered for the shapes
+# of a hidden case (``refine_polymorphic_shapes`` makes every shape static and inlines the private
+# functions), and the axes that may hold two or more of the batch's examples are followed from
+# the arguments through every operation.  The marks err towards holding examples (an operation
+# that may move them to another axis marks that axis), so the batch cannot be laundered into an
+# unmarked copy.  An operation that takes a marked axis away has taken examples out of the batch
+# (a slice, a gather, a one-hot contraction) or reduced over them (a mean over the batch).  A
+# vectorized function has a few of these (0 to 5 in the corpora and the red team's honest forms);
+# one that handles the 64 examples of a hidden batch one at a time has at least one for each
+# example.  Each counts as often as it runs (loop trip counts).
+
+#: Operations whose regions compute on elements of their operands (a reduction's body, a sort's
+#: comparison): they are not entered.
+_ELEMENT_REGIONS = {
+    "stablehlo.reduce",
+    "stablehlo.reduce_window",
+    "stablehlo.scatter",
+    "stablehlo.select_and_scatter",
+    "stablehlo.sort",
+    "stablehlo.map",
+    "stablehlo.all_reduce",
+    "stablehlo.reduce_scatter",
+}
+#: The trip count assumed for a ``while`` loop whose count cannot be read from the module: the
+#: largest batch a hidden test uses.
+UNREAD_TRIPS = 64
+#: How deeply calls may nest before the module is refused (a module is not recursive).
+_MAX_CALL_DEPTH = 32
+
+
+def _ints(op: Any, attr: str) -> list[int]:
+    from jax._src.lib.mlir import ir
+
+    return list(ir.DenseI64ArrayAttr(op.attributes[attr]))
+
+
+def _int_attr(op: Any, attr: str) -> int:
+    from jax._src.lib.mlir import ir
+
+    return int(ir.IntegerAttr(op.attributes[attr]).value)
+
+
+def _dims(v: Any) -> tuple[int, ...] | None:
+    """The static shape of a ranked tensor value; None for anything else (a token)."""
+    from jax._src.lib.mlir import ir
+
+    try:
+        return tuple(ir.RankedTensorType(v.type).shape)
+    except (TypeError, ValueError):
+        return None
+
+
+def _defining(v: Any) -> Any:
+    """The operation that defines ``v``; None for a block argument."""
+    from jax._src.lib.mlir import ir
+
+    if isinstance(v, ir.BlockArgument):
+        return None
+    return v.owner.operation if hasattr(v.owner, "operation") else v.owner
+
+
+def _constant(v: Any) -> int | None:
+    """The value of an integer scalar constant, None for anything else."""
+    from jax._src.lib.mlir import ir
+
+    op = _defining(v)
+    if op is None or op.name != "stablehlo.constant":
+        return None
+    try:
+        attr = ir.DenseIntElementsAttr(op.attributes["value"])
+    except (TypeError, ValueError):
+        return None
+    if attr.is_splat:
+        return int(ir.IntegerAttr(attr.get_splat_value()).value)
+    return int(attr[0]) if len(attr) == 1 else None
+
+
+def _returned(block: Any) -> list[Any]:
+    ops = list(block.operations)
+    return list(ops[-1].operation.operands) if ops else []
+
+
+def _reshaped(src: tuple[int, ...], dst: tuple[int, ...], axes: frozenset[int]) -> set[int]:
+    """The axes of ``dst`` that hold part of an axis in ``axes`` of ``src`` (a reshape keeps
+    the row-major order of elements: an axis covers the strides from its own to the next)."""
+
+    def spans(shape: tuple[int, ...]) -> list[tuple[int, int]]:
+        out, stride = [], 1
+        for n in reversed(shape):
+            out.append((stride, stride * n))
+            stride *= n
+        return out[::-1]
+
+    have, want = spans(src), spans(dst)
+    return {j for j, (lo, hi) in enumerate(want) for i in axes if max(lo, have[i][0]) < min(hi, have[i][1])}
+
+
+class _Examples:
+    """The axes of each value of a module with static shapes that hold at least two of the
+    batch's examples, followed from the public function's arguments (``batch_axes``); and
+    ``count``, the operations that take such data to a tensor without such an axis, each as often
+    as it runs."""
+
+    def __init__(self, module: Any, batch_axes: list[list[int]]) -> None:
+        from jax._src.lib.mlir import ir
+
+        self.axes: dict[Any, frozenset[int]] = {}
+        self.tuples: dict[Any, list[frozenset[int]]] = {}  # what each element of a tuple holds
+        self.count = 0
+        self.funcs: dict[str, Any] = {}
+        for op in module.body.operations:
+            op = op.operation
+            if op.name == "func.func":
+                self.funcs[ir.StringAttr(op.attributes["sym_name"]).value] = op
+        main = next((f for f in self.funcs.values() if _sym(f, "sym_visibility") != "private"), None)
+        if main is None:
+            raise ValueError("the module has no public function")
+        block = main.regions[0].blocks[0]
+        if len(block.arguments) != len(batch_axes):
+            raise ValueError(f"the module takes {len(block.arguments)} arrays, not {len(batch_axes)}")
+        for arg, axes in zip(block.arguments, batch_axes):
+            self._set(arg, axes)
+        self._block(block, 1, 0)
+
+    def _get(self, v: Any) -> frozenset[int]:
+        return self.axes.get(v, frozenset())
+
+    def _set(self, v: Any, axes: Any) -> None:
+        shape = _dims(v)
+        keep = frozenset(i for i in axes if shape is not None and 0 <= i < len(shape) and shape[i] >= 2)
+        if keep:
+            self.axes[v] = keep | self._get(v)
+
+    def _block(self, block: Any, weight: int, depth: int) -> None:
+        for op in block.operations:
+            self._op(op.operation, weight, depth)
+
+    def _call(self, callee: Any, op: Any, weight: int, depth: int) -> None:
+        if depth >= _MAX_CALL_DEPTH:
+            raise ValueError("calls nest too deeply")
+        block = callee.regions[0].blocks[0]
+        for arg, v in zip(block.arguments, op.operands):
+            self._set(arg, self._get(v))
+        self._block(block, weight, depth + 1)
+        for r, v in zip(op.results, _returned(block)):
+            self._set(r, self._get(v))
+
+    def _op(self, op: Any, weight: int, depth: int) -> None:
+        name = op.name
+        if name in ("func.return", "stablehlo.return"):
+            return
+        if name == "stablehlo.while":
+            self._while(op, weight, depth)
+            return
+        callee = self.funcs.get(_sym(op, "callee" if name == "func.call" else "decomposition"))
+        if name in ("func.call", "stablehlo.composite") and callee is not None:
+            self._call(callee, op, weight, depth)
+            return
+        if len(op.regions) and name not in _ELEMENT_REGIONS:
+            # case/if, a shard_map's body...: their blocks run the computation on the operands
+            for region in op.regions:
+                for block in region.blocks:
+                    for arg, v in zip(block.arguments, op.operands):
+                        self._set(arg, self._get(v))
+                    self._block(block, weight, depth)
+                    for r, v in zip(op.results, _returned(block)):
+                        self._set(r, self._get(v))
+            return
+        if name == "stablehlo.get_tuple_element" and op.operands[0] in self.tuples:
+            held = self.tuples[op.operands[0]]
+            index = _int_attr(op, "index")
+            self._set(op.results[0], held[index] if 0 <= index < len(held) else range(8))
+            return
+        given = [self._get(v) for v in op.operands]
+        if any(given) and self._propagate(op, name, given):
+            self.count += weight
+
+    def _while(self, op: Any, weight: int, depth: int) -> None:
+        cond, body = op.regions[0].blocks[0], op.regions[1].blocks[0]
+        trips = _trips(op)
+        # what the body yields goes round again: until the carry's axes settle (they only grow)
+        while True:
+            before = dict(self.axes)
+            for block in (cond, body):
+                for arg, v in zip(block.arguments, op.operands):
+                    self._set(arg, self._get(v))
+                for arg, v in zip(block.arguments, _returned(body)):
+                    self._set(arg, self._get(v))
+            count = self.count
+            self._block(body, weight * trips, depth)
+            if self.axes == before:
+                break
+            self.count = count
+        for r, arg in zip(op.results, body.arguments):
+            self._set(r, self._get(arg))
+
+    def _propagate(self, op: Any, name: str, given: list[frozenset[int]]) -> bool:
+        """Mark the axes of ``op``'s results that may hold two examples or more, from those of its
+        operands; True when it takes such an axis away (a reduction or contraction over it, a
+        slice or gather that keeps fewer than two of its entries).  Where examples may move to
+        another axis (a contraction over the batch moves them along the other side's free axes:
+        ``P @ xs`` with a permutation ``P``), that axis is marked too; an operation not known here
+        that changes the rank marks every axis and counts."""
+        from jax._src.lib.mlir.dialects import hlo
+
+        operands, results = list(op.operands), list(op.results)
+        shapes = [_dims(v) or () for v in operands]
+        out = _dims(results[0]) if results else None
+        if name in ("stablehlo.broadcast_in_dim", "stablehlo.dynamic_broadcast_in_dim"):
+            dims = _ints(op, "broadcast_dimensions")
+            return self._mark(results[0], {dims[i] for i in given[0]}, given[0])
+        if name == "stablehlo.transpose":
+            perm = _ints(op, "permutation")
+            return self._mark(results[0], {j for j, i in enumerate(perm) if i in given[0]}, given[0])
+        if name in ("stablehlo.reshape", "stablehlo.dynamic_reshape"):
+            return self._mark(results[0], _reshaped(shapes[0], out or (), given[0]), given[0])
+        if name == "stablehlo.reduce":
+            gone = set(_ints(op, "dimensions"))
+            kept = [i for i in range(len(shapes[0])) if i not in gone]
+            axes = frozenset().union(*given[: len(results)])
+            for r in results:
+                self._set(r, {j for j, i in enumerate(kept) if i in axes})
+            return bool(axes & gone)
+        if name == "stablehlo.dot_general":
+            dn = hlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
+            lb, rb = list(dn.lhs_batching_dimensions), list(dn.rhs_batching_dimensions)
+            lc, rc = list(dn.lhs_contracting_dimensions), list(dn.rhs_contracting_dimensions)
+            lfree = [i for i in range(len(shapes[0])) if i not in lb and i not in lc]
+            rfree = [i for i in range(len(shapes[1])) if i not in rb and i not in rc]
+            # examples summed over on one side may come out along the other side's free axes
+            into_lhs = any(i in given[1] for i in rc)
+            into_rhs = any(i in given[0] for i in lc)
+            axes = {j for j, (a, b) in enumerate(zip(lb, rb)) if a in given[0] or b in given[1]}
+            axes |= {len(lb) + j for j, i in enumerate(lfree) if i in given[0] or into_lhs}
+            axes |= {len(lb) + len(lfree) + j for j, i in enumerate(rfree) if i in given[1] or into_rhs}
+            self._set(results[0], axes)
+            return into_lhs or into_rhs
+        if name == "stablehlo.gather":
+            axes, consumed = _gathered(op, given)
+            self._set(results[0], axes)
+            return consumed
+        if name == "stablehlo.concatenate":
+            return self._mark(results[0], frozenset().union(*given), frozenset().union(*given))
+        if name == "stablehlo.convolution":
+            dn = hlo.ConvDimensionNumbers(op.attributes["dimension_numbers"])
+            axes = {o for i, o in zip(dn.input_spatial_dimensions, dn.output_spatial_dimensions) if i in given[0]}
+            if dn.input_batch_dimension in given[0]:
+                axes.add(dn.output_batch_dimension)
+            if dn.input_feature_dimension in given[0] or dn.kernel_output_feature_dimension in given[1]:
+                axes.add(dn.output_feature_dimension)
+            summed = dn.input_feature_dimension in given[0] or dn.kernel_input_feature_dimension in given[1]
+            if summed or any(i in given[1] for i in dn.kernel_spatial_dimensions):
+                axes |= set(range(len(out or ())))  # a sum over examples: they may come out anywhere
+                summed = True
+            self._set(results[0], axes)
+            return summed
+        if name == "stablehlo.optimization_barrier":
+            for r, axes in zip(results, given):
+                self._set(r, axes)
+            return False
+        if name == "stablehlo.scatter":
+            # the operand's axes stay; updates or indices that hold examples may put them anywhere
+            axes = set(given[0])
+            if any(given[1:]):
+                axes |= set(range(len(out or ())))
+            for r in results:
+                self._set(r, axes)
+            return False
+        # element-wise operations, select, sort, slices, pads, cumulative sums...: axis i of a
+        # result holds what axis i of an operand of the same rank holds, if it keeps two entries
+        if name == "stablehlo.tuple":
+            self.tuples[results[0]] = given
+            return False
+        consumed = False
+        for r in results:
+            rank = _dims(r)
+            if rank is None:  # a value that is no tensor (a token): not followed, so it counts
+                consumed = True
+                continue
+            for shape, axes in zip(shapes, given):
+                if len(shape) == len(rank):
+                    consumed |= self._mark(r, set(axes), axes)
+                elif axes:  # an operation not known here that changes the rank: assume the worst
+                    self._set(r, range(len(rank)))
+                    consumed = True
+        return consumed
+
+    def _mark(self, result: Any, axes: Any, source: frozenset[int]) -> bool:
+        """Mark ``axes`` of ``result`` (those of ``source``, an operand's, where they went); True
+        when fewer of them keep two entries or more than ``source`` had: a batch axis was taken
+        away."""
+        self._set(result, axes)
+        shape = _dims(result) or ()
+        return len({i for i in axes if 0 <= i < len(shape) and shape[i] >= 2}) < len(source)
+
+
+def _gathered(op: Any, given: list[frozenset[int]]) -> tuple[set[int], bool]:
+    """The axes of a gather's result that may hold examples, and whether it takes a batch axis
+    away: an operand's batch axis sliced to fewer than two rows and picked by fewer than two
+    indices.  Picking along a batch axis moves its examples to the indices' axes (``xs[perm]``,
+    ``xs[[b, b]]``); indices that hold examples, or a batch axis vmap made an operand batching
+    dimension, mark theirs too."""
+    from jax._src.lib.mlir.dialects import hlo
+
+    dn = hlo.GatherDimensionNumbers(op.attributes["dimension_numbers"])
+    offset, collapsed = sorted(dn.offset_dims), set(dn.collapsed_slice_dims)
+    obatch, ibatch = list(dn.operand_batching_dims), list(dn.start_indices_batching_dims)
+    sizes = _ints(op, "slice_sizes")
+    operand, indices, result = (_dims(v) or () for v in (op.operands[0], op.operands[1], op.results[0]))
+    kept = [i for i in range(len(operand)) if i not in collapsed and i not in obatch]
+    out = {j for j, i in zip(offset, kept) if i in given[0] and sizes[i] >= 2}
+    picked = any(i in given[0] and sizes[i] < 2 for i in dn.start_index_map)
+    index_axes = [i for i in range(len(indices)) if i != dn.index_vector_dim]
+    rest = [j for j in range(len(result)) if j not in offset]
+    for j, i in zip(rest, index_axes):
+        if picked or i in given[1] or (i in ibatch and obatch[ibatch.index(i)] in given[0]):
+            out.add(j)
+    out = {j for j in out if result[j] >= 2}
+    # a batch axis of the operand is taken away when it is sliced below two rows, unless what it
+    # picked comes out along an axis of two indices or more
+    lost = any(i in given[0] and sizes[i] < 2 and i not in obatch for i in range(len(operand)))
+    moved = picked and any(result[j] >= 2 for j in rest)
+    return out, lost and not moved
+
+
+def _trips(op: Any) -> int:
+    """How often a ``while`` loop runs, read from JAX's counted loops (a counter from a constant,
+    compared with a constant, stepped by a constant each time round); :data:`UNREAD_TRIPS` for
+    any other loop."""
+    cond, body = op.regions[0].blocks[0], op.regions[1].blocks[0]
+    test = _returned(cond)
+    cmp = _defining(test[0]) if len(test) == 1 else None
+    if cmp is None or cmp.name != "stablehlo.compare":
+        return UNREAD_TRIPS
+    direction = str(cmp.attributes["comparison_direction"]).rsplit(" ", 1)[-1].strip(">").upper()
+    lhs, rhs = cmp.operands
+    args = list(cond.arguments)
+    if rhs in args and lhs not in args:  # n > i is i < n
+        lhs, rhs = rhs, lhs
+        direction = {"GT": "LT", "GE": "LE", "LT": "GT", "LE": "GE"}.get(direction, direction)
+    if lhs not in args:
+        return UNREAD_TRIPS
+    k = args.index(lhs)
+    n, start = _constant(rhs), _constant(op.operands[k])
+    stepped = _defining(_returned(body)[k])
+    if n is None or start is None or stepped is None or stepped.name not in ("stablehlo.add", "stablehlo.subtract"):
+        return UNREAD_TRIPS
+    a, b = stepped.operands
+    counter = body.arguments[k]
+    step = _constant(b) if a == counter else _constant(a) if b == counter and stepped.name == "stablehlo.add" else None
+    if not step:
+        return UNREAD_TRIPS
+    step = -step if stepped.name == "stablehlo.subtract" else step
+    span = {"LT": n - start, "LE": n + 1 - start, "NE": n - start, "GT": start - n, "GE": start - n + 1}.get(direction)
+    if span is None or (step > 0) != (direction in ("LT", "LE", "NE")):
+        return UNREAD_TRIPS
+    if direction == "NE" and span % step:
+        return UNREAD_TRIPS
+    return max(0, -(-span // abs(step)))
+
+
+def per_example_ops(exp: Any, args: list[Any], batch_axes: list[list[int]]) -> int:
+    """How many operations work on examples taken out of the batch (see above), for ``exp``
+    called on arrays of the shapes of ``args``, whose axes ``batch_axes`` hold the batch."""
+    import jax
+    from jax._src.interpreters import mlir
+
+    lowered = jax.jit(exp.call).lower(*args).compiler_ir("stablehlo")
+    refined = mlir.refine_polymorphic_shapes(lowered)
+    with refined.context:
+        return _Examples(refined, batch_axes).count
 
 
 def main(argv: list[str] | None = None) -> int:

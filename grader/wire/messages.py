@@ -548,13 +548,20 @@ class EvaluatorRequest(Request):
 
 @dataclass(frozen=True)
 class Eval(EvaluatorRequest):
-    """Call the module on the value ``args``; the value ``result`` comes back."""
+    """Call the module on the value ``args``; the value ``result`` comes back.  With
+    ``batch_axes`` (for each argument, the axes that hold the batch's examples), the reply also
+    counts the operations that work on examples taken out of the batch, at these arguments'
+    shapes (``Evaluated.per_example_ops``)."""
 
     NAME = "eval"
+    batch_axes: tuple[tuple[int, ...], ...] = ()
 
     @classmethod
     def _decode(cls, r: _Reader) -> Eval:
-        return cls(r.int("id"))
+        axes = r.list("batch_axes", [])
+        if not all(isinstance(a, list) and len(a) <= 32 and all(_is_int(i, 0, 32) for i in a) for a in axes):
+            raise r._bad("batch_axes", "a list of lists of axes")
+        return cls(r.int("id"), tuple(tuple(a) for a in axes))
 
 
 @dataclass(frozen=True)
@@ -739,15 +746,20 @@ class Evaluated(Reply):
     analysis: dict[str, Any] = field(default_factory=dict)
     custom_calls: tuple[str, ...] | None = None
     elapsed: float | None = None
+    per_example_ops: int | None = None
+    per_example_error: str | None = None
 
     @classmethod
     def _decode(cls, r: _Reader) -> Evaluated:
         calls = r.header.get("custom_calls")
+        error = r.header.get("per_example_error")
         return cls(
             nr_devices=r.int("nr_devices", lo=0),
             analysis=decode_analysis(r.header.get("analysis")),
             custom_calls=None if calls is None else tuple(c[:200] for c in r.strs("custom_calls")[:50]),
             elapsed=r.opt_float("elapsed"),
+            per_example_ops=r.opt_int("per_example_ops", lo=0),
+            per_example_error=None if error is None else r.str("per_example_error")[:500],
             **cls._envelope(r),
         )
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from grader.grading.checks import (
+    PER_EXAMPLE_MAX,
     CheckFailure,
     assert_close,
     check_is_jitted,
@@ -37,8 +38,12 @@ class FakeSubmission:
         compiled: Any = None,
         sources: dict[str, list[str]] | None = None,
         analysis: dict[str, Any] | None = None,
+        per_example: dict[str, Any] | None = None,
     ) -> None:
         self.funcs = funcs
+        # what the evaluator counts at the largest batch (grader.sandboxed.evaluator.per_example_ops)
+        self.per_example = {"per_example_ops": 0} if per_example is None else per_example
+        self.batch_axes: list[tuple[Any, list[tuple[int, ...]]]] = []
         self.export_error = export_error
         self.vmap_used = vmap_used
         self.mutate = mutate
@@ -77,9 +82,15 @@ class FakeSubmission:
             raise self.export_error
         return ExportResult(b"module")
 
-    def evaluate(self, name: str, module: bytes, *args: Any) -> tuple[Any, dict[str, Any]]:
+    def evaluate(
+        self, name: str, module: bytes, *args: Any, batch_axes: tuple[tuple[int, ...], ...] = ()
+    ) -> tuple[Any, dict[str, Any]]:
         f = self.compiled or self.funcs[name]
-        return np.asarray(f(*args)), {"analysis": dict(self.analysis)}
+        info: dict[str, Any] = {"analysis": dict(self.analysis)}
+        if batch_axes:
+            self.batch_axes.append((batch_axes, [np.shape(a) for a in args]))
+            info.update(self.per_example)
+        return np.asarray(f(*args)), info
 
     def probe(self, name: str) -> dict[str, Any]:
         if name not in self.funcs:
@@ -298,6 +309,36 @@ def test_check_vectorized_fails_a_loop_over_the_batch() -> None:
     del sub.analysis["batch_loops"]
     with pytest.raises(CheckFailure, match="could not be analysed"):
         check_vectorized(sub, "f", specs, cases)
+
+
+def test_check_vectorized_fails_examples_taken_out_of_the_batch_one_at_a_time() -> None:
+    """The evaluator counts, at the largest batch of the cases only, the operations on examples
+    taken out of the batch; past PER_EXAMPLE_MAX the check fails, and a count that is missing
+    (an analysis that failed) fails it too.  The batch axes come from the specs' symbols."""
+    cases = [
+        (np.ones((1, 5), np.float32), np.ones((1, 3), np.float32)),
+        (np.ones((6, 5), np.float32), np.ones((6, 3), np.float32)),
+        ARGS,
+    ]
+    specs = [("B, 5", "float32"), ("B, 3", "float32")]
+    sub = FakeSubmission({"f": _conv}, per_example={"per_example_ops": PER_EXAMPLE_MAX})
+    check_vectorized(sub, "f", specs, cases)
+    assert sub.batch_axes == [(((0,), (0,)), [(6, 5), (6, 3)])]
+    sub = FakeSubmission({"f": _conv}, per_example={"per_example_ops": PER_EXAMPLE_MAX + 1})
+    with pytest.raises(CheckFailure) as e:
+        check_vectorized(sub, "f", specs, cases)
+    assert e.value.message.startswith("`f` works on the examples one at a time: for a batch of 6,")
+    assert f"{PER_EXAMPLE_MAX + 1} times" in e.value.message and "jax.vmap" in e.value.hint
+    sub = FakeSubmission({"f": _conv}, per_example={"per_example_error": "ValueError: refused"})
+    with pytest.raises(CheckFailure, match=r"could not be analysed \(ValueError: refused\)"):
+        check_vectorized(sub, "f", specs, cases)
+    # axes from the specs: a batch on axis 1, an argument without one; no case of 2 examples or more: no count
+    sub = FakeSubmission({"f": lambda a, w: a})
+    specs = [("5, B", "float32"), ("3", "float32")]
+    check_vectorized(sub, "f", specs, [(np.ones((5, 1)), np.ones(3))], reference=lambda a, w: a)
+    assert sub.batch_axes == []
+    check_vectorized(sub, "f", specs, [(np.ones((5, 4)), np.ones(3))], reference=lambda a, w: a)
+    assert sub.batch_axes == [(((1,), ()), [(5, 4), (3,)])]
 
 
 def test_check_pure_detects_mutation_and_state() -> None:

@@ -23,8 +23,9 @@ import numpy as np
 import pytest
 from jax import export, lax
 
+from grader.grading.checks import PER_EXAMPLE_MAX
 from grader.host.session import _analysis
-from grader.sandboxed.evaluator import _evaluate, analyze_module
+from grader.sandboxed.evaluator import _evaluate, analyze_module, per_example_ops
 from grader.wire import protocol
 from tests.conftest import jax_before, needs_requirements_of
 
@@ -216,7 +217,7 @@ MULTI_DEVICE = textwrap.dedent(
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
     sys.path.insert(0, sys.argv[1])
     from grader.wire import protocol
-    from grader.sandboxed.evaluator import _evaluate, analyze_module
+    from grader.sandboxed.evaluator import _evaluate, analyze_module, per_example_ops
     assert jax.device_count() == 4
 
     def conv(x, w):
@@ -339,6 +340,220 @@ def test_the_trusted_side_type_checks_the_analysis():
     assert _analysis(None) == {"analysis_error": "the evaluator sent no analysis"}
 
 
+# --------------------------------------------------------------------------- examples one at a time
+
+
+def _loss(params, x, y):
+    return jnp.mean((jnp.dot(x, params) - y) ** 2)
+
+
+_PE = jax.vmap(jax.grad(_loss), in_axes=(None, 0, 0))  # per-example gradients, vectorized
+
+
+def _clamped_loop(params, xs, ys):
+    """A Python loop of the largest hidden batch (64), each example clamped to the batch."""
+    B = xs.shape[0]
+    rows = [jax.grad(_loss)(params, xs[jnp.minimum(b, B - 1)], ys[jnp.minimum(b, B - 1)]) for b in range(64)]
+    return jnp.stack(rows)[:B]
+
+
+def _scan(params, xs, ys):
+    B = xs.shape[0]
+
+    def step(carry, b):
+        i = jnp.minimum(b, B - 1)
+        return carry, jax.grad(_loss)(params, xs[i], ys[i])
+
+    return lax.scan(step, 0, jnp.arange(64))[1][:B]
+
+
+def _slices(params, xs, ys):
+    """Plain slices: with a symbolic B each is min(B, b + 1) - min(B, b) rows, a symbolic size."""
+    return jnp.concatenate([_PE(params, xs[b : b + 1], ys[b : b + 1]) for b in range(64)])
+
+
+def _one_hot(params, xs, ys):
+    out = jnp.zeros_like(xs)
+    for b in range(64):
+        pick = (jnp.arange(xs.shape[0]) == b).astype(xs.dtype)
+        out = out + pick[:, None] * jax.grad(_loss)(params, pick @ xs, pick @ ys)[None, :]
+    return out
+
+
+def _copies(params, xs, ys):
+    """Each example gathered twice, a "batch" of two copies (the mean loss of copies has the
+    example's gradient), so no tensor holds one example alone."""
+    B = xs.shape[0]
+    rows = []
+    for b in range(64):
+        i = jnp.full(2, jnp.minimum(b, B - 1))
+        rows.append(jax.grad(_loss)(params, xs[i], ys[i]))
+    return jnp.stack(rows)[:B]
+
+
+def _padded(params, xs, ys):
+    """Features padded to 64 columns first, so an example's row has an axis of the batch's size."""
+    B = xs.shape[0]
+    wide, p = jnp.pad(xs, ((0, 0), (0, 64 - xs.shape[1]))), jnp.pad(params, (0, 64 - params.shape[0]))
+    rows = []
+    for b in range(64):
+        i = jnp.minimum(b, B - 1)
+        row = lax.dynamic_slice(wide, (i, 0), (1, 64))
+        rows.append(jax.grad(_loss)(p, row, lax.dynamic_slice(ys, (i,), (1,)))[: xs.shape[1]])
+    return jnp.stack(rows)[:B]
+
+
+@jax.jit
+def _one(params, xs, ys, i):
+    return jax.grad(_loss)(params, xs[i], ys[i])
+
+
+def _jitted_helper(params, xs, ys):
+    B = xs.shape[0]
+    return jnp.stack([_one(params, xs, ys, jnp.minimum(b, B - 1)) for b in range(64)])[:B]
+
+
+def _unread_loop(params, xs, ys):
+    """A while loop whose trip count is no plain counter (a float one)."""
+    B = xs.shape[0]
+
+    def body(c):
+        t, out = c
+        i = jnp.minimum(t.astype(jnp.int32), B - 1)
+        return t + 1.0, out.at[i].set(jax.grad(_loss)(params, xs[i], ys[i]))
+
+    return lax.while_loop(lambda c: c[0] < 64.0, body, (0.0, jnp.zeros_like(xs)))[1]
+
+
+def _laundered(how):
+    """The batch first copied through an operation that might hide it (a permutation matrix, a
+    gather of every row, a padding row), then the clamped loop over the copy."""
+
+    def f(params, xs, ys):
+        B = xs.shape[0]
+        if how == "permutation":
+            perm = jnp.eye(B, dtype=xs.dtype)[::-1]
+            xs, ys = (perm @ xs)[::-1], (perm @ ys)[::-1]
+        elif how == "gather":
+            xs, ys = xs[jnp.arange(B)], ys[jnp.arange(B)]
+        else:
+            xs, ys = jnp.pad(xs, ((0, 1), (0, 0)))[:-1], jnp.pad(ys, (0, 1))[:-1]
+        return _clamped_loop(params, xs, ys)
+
+    return f
+
+
+def _in_cond(params, xs, ys):
+    """The loop inside one branch of a cond on the data."""
+    return lax.cond(xs.sum() > 1e30, lambda: _PE(params, xs, ys), lambda: _one_hot(params, xs, ys))
+
+
+PER_EXAMPLE = {
+    # name: (function of params (5,), xs (B, 5), ys (B,), operations counted at B = 64)
+    "vmap(grad)": (_PE, 0),
+    "by hand, 2 r x": (lambda p, xs, ys: 2 * (xs @ p - ys)[:, None] * xs, 0),
+    "einsum": (lambda p, xs, ys: 2 * jnp.einsum("b,bf->bf", xs @ p - ys, xs), 0),
+    "grad with respect to the parameters broadcast over the batch": (
+        lambda p, xs, ys: jax.grad(lambda q: jnp.sum((jnp.sum(xs * q, 1) - ys) ** 2))(jnp.broadcast_to(p, xs.shape)),
+        0,
+    ),
+    "sort, argsort and a cumulative sum over the batch": (
+        lambda p, xs, ys: jnp.cumsum(jnp.sort(xs, axis=0), axis=0) + xs[jnp.argsort(ys)],
+        0,
+    ),
+    "a reshape to (B, 1, 5) and back": (lambda p, xs, ys: xs.reshape(-1, 1, 5)[:, 0] * p, 0),
+    "grad of the mean loss (a contraction over the batch)": (lambda p, xs, ys: jax.grad(_loss)(p, xs, ys), 1),
+    "a Python loop over the 5 features, a mean each": (
+        lambda p, xs, ys: jnp.stack([jnp.mean(xs[:, j] * (xs @ p - ys)) for j in range(5)]),
+        5,
+    ),
+    "a fori_loop over the 5 features, a mean each": (
+        lambda p, xs, ys: lax.fori_loop(
+            0, 5, lambda j, acc: acc.at[j].set(jnp.mean(xs[:, j] * (xs @ p - ys))), jnp.zeros(5)
+        ),
+        5,
+    ),
+    "three means": (lambda p, xs, ys: jnp.mean(xs, 0) * jnp.mean(ys) - jnp.mean(xs * ys[:, None], 0), 3),
+    "a fixed-length Python loop, clamped": (_clamped_loop, 128),
+    "a scan over arange(64)": (_scan, 128),
+    "plain slices xs[b:b + 1]": (_slices, 128),
+    "one-hot picks": (_one_hot, 128),
+    "each example gathered twice": (_copies, 64),  # the contraction over each pair
+    "through a permutation matrix": (_laundered("permutation"), 130),  # and the two products
+    "through a gather of every row": (_laundered("gather"), 128),
+    "through a padding row": (_laundered("pad"), 128),
+    "features padded to the batch's size": (_padded, 128),
+    "a jitted helper called 64 times": (_jitted_helper, 128),
+    "a while loop with a float counter": (_unread_loop, 128),
+    "the loop in one branch of a cond": (_in_cond, 129),  # and the predicate's sum
+}
+
+
+@pytest.mark.parametrize("name", list(PER_EXAMPLE))
+def test_per_example_ops(name):
+    """Vectorized forms count at most a few (a reduction over the batch each); a function that
+    takes the 64 examples of the batch out one at a time counts at least one for each, however it
+    takes them (slices, gathers, one-hot contractions, a scan, a helper) and hides their size."""
+    f, want = PER_EXAMPLE[name]
+    exp = symbolic(f, "5", "B, 5", "B")
+    args = [np.ones(5, np.float32), np.ones((64, 5), np.float32), np.ones(64, np.float32)]
+    got = per_example_ops(exp, args, [[], [0], [0]])
+    assert got == want
+    assert (got > PER_EXAMPLE_MAX) == (want > 5)  # what check_vectorized fails
+    # where the batch is only 2 examples (the public tests), the same functions count the same
+    small = [np.ones(5, np.float32), np.ones((2, 5), np.float32), np.ones(2, np.float32)]
+    assert per_example_ops(exp, small, [[], [0], [0]]) == got
+
+
+def test_per_example_ops_follows_a_batch_on_another_axis():
+    """batched_convolve_axis1's batch is axis 1: a vmap over it counts nothing, a clamped loop
+    over its columns counts each column of both arguments."""
+    honest = symbolic(jax.vmap(conv, in_axes=1, out_axes=1), "9, B", "3, B")
+    args = [np.ones((9, 64), np.float32), np.ones((3, 64), np.float32)]
+    assert per_example_ops(honest, args, [[1], [1]]) == 0
+
+    def columns(xs, ws):
+        B = xs.shape[1]
+        return jnp.stack([conv(xs[:, jnp.minimum(b, B - 1)], ws[:, jnp.minimum(b, B - 1)]) for b in range(64)], 1)[
+            :, :B
+        ]
+
+    assert per_example_ops(symbolic(columns, "9, B", "3, B"), args, [[1], [1]]) == 128
+
+
+@pytest.mark.parametrize(
+    ("loop", "trips"),
+    [
+        (lambda xs: lax.fori_loop(0, 7, lambda i, acc: acc + jnp.mean(xs), 0.0), 7),
+        (lambda xs: lax.fori_loop(2, 9, lambda i, acc: acc + jnp.mean(xs), 0.0), 7),
+        (lambda xs: lax.scan(lambda c, x: (c + jnp.mean(xs), None), 0.0, None, length=6, reverse=True)[0], 6),
+        (lambda xs: lax.while_loop(lambda c: c[0] != 12, lambda c: (c[0] + 3, c[1] + jnp.mean(xs)), (0, 0.0))[1], 4),
+        (lambda xs: lax.while_loop(lambda c: c[0] > 0, lambda c: (c[0] - 2, c[1] + jnp.mean(xs)), (9, 0.0))[1], 5),
+        (
+            lambda xs: lax.while_loop(lambda c: c[0] < 5.0, lambda c: (c[0] + 1.0, c[1] + jnp.mean(xs)), (0.0, 0.0))[1],
+            64,
+        ),
+    ],
+)
+def test_an_operation_in_a_loop_counts_once_a_trip(loop, trips):
+    """Trip counts are read from counted loops (up, down, by steps, to an inequality); a loop
+    whose count cannot be read counts as UNREAD_TRIPS (64, the largest hidden batch)."""
+    exp = symbolic(loop, "B, 5")
+    assert per_example_ops(exp, [np.ones((8, 5), np.float32)], [[0]]) == trips
+
+
+def test_eval_with_batch_axes_counts_and_a_count_that_fails_is_named():
+    exp = symbolic(_clamped_loop, "5", "B, 5", "B")
+    args = [np.ones(5, np.float32), np.ones((3, 5), np.float32), np.ones(3, np.float32)]
+    head, value = run("eval", exp, *args, batch_axes=[[], [0], [0]])
+    assert value.shape == (3, 5) and head.per_example_ops == 128 and head.per_example_error is None
+    head, _ = run("eval", exp, *args)
+    assert head.per_example_ops is None and head.per_example_error is None
+    head, value = run("eval", exp, *args, batch_axes=[[0], [0]])  # not one list of axes an argument
+    assert value.shape == (3, 5) and head.per_example_ops is None
+    assert head.per_example_error == "ValueError: the module takes 3 arrays, not 2"
+
+
 # --------------------------------------------------------------------------- through a sandbox
 
 NOTEBOOK = [
@@ -347,6 +562,7 @@ NOTEBOOK = [
     "    return -0.5 * ((r_t + jnp.dot(theta, s_t) - jnp.dot(theta, s_tm1)) ** 2)",
     "def by_map(xs):\n    return lax.map(lambda x: 2 * x, xs)",
     "selu_jit = jax.jit(lambda x: jnp.where(x > 0, x, 0.1 * x))",
+    "def one_at_a_time(xs):\n    B = xs.shape[0]\n    return jnp.stack([2 * xs[jnp.minimum(b, B - 1)] for b in range(8)])[:B]",
 ]
 
 
@@ -380,3 +596,17 @@ def test_session_analyze_and_evaluate_grad(session):
     assert session.analyze("by_map", by_map.module)["batch_loops"] == 1
     jitted = session.export("selu_jit", example=(np.ones(5, np.float32),))
     assert session.analyze("selu_jit", jitted.module)["whole_call"] is True
+
+
+def test_session_evaluate_counts_examples_taken_one_at_a_time(session):
+    """Through the sandboxes: the count comes back only when batch axes are sent."""
+    xs = np.ones((8, 3), np.float32)
+    exp = session.export("one_at_a_time", [("B, 3", "float32")])
+    got, info = session.evaluate("one_at_a_time", exp.module, xs, batch_axes=((0,),))
+    np.testing.assert_allclose(got, 2 * xs)
+    assert info["per_example_ops"] == 8 and "per_example_error" not in info
+    _, info = session.evaluate("one_at_a_time", exp.module, xs)
+    assert "per_example_ops" not in info
+    by_map = session.export("by_map", [("B, 3", "float32")])
+    _, info = session.evaluate("by_map", by_map.module, xs, batch_axes=((0,),))
+    assert info["per_example_ops"] == 8 * 1  # lax.map: a slice of each example, a trip each

@@ -40,6 +40,7 @@ REQUESTS: list[m.Request] = [
     m.Eval(5),
     m.Grad(6, argnum=1),
     m.Analyze(7),
+    m.Eval(8, batch_axes=((), (0,), (1, 2))),
 ]
 PROGRESS: list[m.Progress] = [
     m.Ready(),
@@ -63,6 +64,8 @@ REPLIES: list[m.Reply] = [
     m.TimedOut(id=2, timeout=3.5, restarted=True),
     m.Died(id=2, restarted=False),
     m.Dead(id=2, why="the kernel is gone and could not be restarted"),
+    m.Evaluated(id=8, analysis={"analysis_error": "x"}, elapsed=0.1, per_example_ops=128),
+    m.Evaluated(id=8, analysis={"analysis_error": "x"}, elapsed=0.1, per_example_error="ValueError: x"),
 ]
 ALL: list[m.Message] = [*REQUESTS, *PROGRESS, *REPLIES]
 
@@ -225,6 +228,14 @@ WRONG_TYPES: list[tuple[m.Message, str, Any]] = [
     (REQUESTS[6], "how", "calls"),
     (REQUESTS[6], "static", [1]),
     (REQUESTS[8], "argnum", "1"),
+    (REQUESTS[10], "batch_axes", "0"),
+    (REQUESTS[10], "batch_axes", [0]),
+    (REQUESTS[10], "batch_axes", [[-1]]),
+    (REQUESTS[10], "batch_axes", [[0.5]]),
+    (REQUESTS[10], "batch_axes", [["0"]]),
+    (REPLIES[14], "per_example_ops", -1),
+    (REPLIES[14], "per_example_ops", "128"),
+    (REPLIES[15], "per_example_error", 3),
 ]
 
 
