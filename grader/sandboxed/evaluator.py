@@ -7,6 +7,7 @@ Started as ``python -m grader.sandboxed.evaluator --scratch DIR [limits]``.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -581,15 +582,20 @@ class _Examples:
             return self._mark(results[0], frozenset().union(*given), frozenset().union(*given))
         if name == "stablehlo.convolution":
             dn = hlo.ConvDimensionNumbers(op.attributes["dimension_numbers"])
-            axes = {o for i, o in zip(dn.input_spatial_dimensions, dn.output_spatial_dimensions) if i in given[0]}
+            axes, summed = set(), False
+            spatial = zip(dn.input_spatial_dimensions, dn.output_spatial_dimensions, dn.kernel_spatial_dimensions)
+            for i, o, k in spatial:
+                if i in given[0]:  # a window of two or more along the batch sums over examples
+                    summed |= shapes[1][k] >= 2 or (out or ())[o] < shapes[0][i]
+                    axes.add(o)
             if dn.input_batch_dimension in given[0]:
                 axes.add(dn.output_batch_dimension)
             if dn.input_feature_dimension in given[0] or dn.kernel_output_feature_dimension in given[1]:
                 axes.add(dn.output_feature_dimension)
-            summed = dn.input_feature_dimension in given[0] or dn.kernel_input_feature_dimension in given[1]
-            if summed or any(i in given[1] for i in dn.kernel_spatial_dimensions):
+            summed |= dn.input_feature_dimension in given[0] or dn.kernel_input_feature_dimension in given[1]
+            summed |= any(i in given[1] for i in dn.kernel_spatial_dimensions)
+            if summed:
                 axes |= set(range(len(out or ())))  # a sum over examples: they may come out anywhere
-                summed = True
             self._set(results[0], axes)
             return summed
         if name == "stablehlo.optimization_barrier":
@@ -604,22 +610,28 @@ class _Examples:
             for r in results:
                 self._set(r, axes)
             return False
-        # element-wise operations, select, sort, slices, pads, cumulative sums...: axis i of a
-        # result holds what axis i of an operand of the same rank holds, if it keeps two entries
         if name == "stablehlo.tuple":
             self.tuples[results[0]] = given
             return False
+        if name == "stablehlo.custom_call":  # native code (linear algebra...): assume the worst
+            for r in results:
+                self._set(r, range(len(_dims(r) or ())))
+            return True
+        # element-wise operations, select, sort, slices, pads, cumulative sums...: axis i of a
+        # result holds what axis i of an operand of the same rank holds; a batch axis that comes
+        # out shorter (a slice of it, even of several examples' entries) counts
         consumed = False
         for r in results:
-            rank = _dims(r)
-            if rank is None:  # a value that is no tensor (a token): not followed, so it counts
+            shape = _dims(r)
+            if shape is None:  # a value that is no tensor (a token): not followed, so it counts
                 consumed = True
                 continue
-            for shape, axes in zip(shapes, given):
-                if len(shape) == len(rank):
-                    consumed |= self._mark(r, set(axes), axes)
+            for other, axes in zip(shapes, given):
+                if len(other) == len(shape):
+                    self._set(r, axes)
+                    consumed |= any(shape[i] < other[i] for i in axes)
                 elif axes:  # an operation not known here that changes the rank: assume the worst
-                    self._set(r, range(len(rank)))
+                    self._set(r, range(len(shape)))
                     consumed = True
         return consumed
 
@@ -633,9 +645,9 @@ class _Examples:
 
 
 def _gathered(op: Any, given: list[frozenset[int]]) -> tuple[set[int], bool]:
-    """The axes of a gather's result that may hold examples, and whether it takes a batch axis
-    away: an operand's batch axis sliced to fewer than two rows and picked by fewer than two
-    indices.  Picking along a batch axis moves its examples to the indices' axes (``xs[perm]``,
+    """The axes of a gather's result that may hold examples, and whether it takes examples out of
+    the batch: a batch axis of the operand cut short, and picked by fewer indices than it has
+    rows.  Picking along a batch axis moves its examples to the indices' axes (``xs[perm]``,
     ``xs[[b, b]]``); indices that hold examples, or a batch axis vmap made an operand batching
     dimension, mark theirs too."""
     from jax._src.lib.mlir.dialects import hlo
@@ -654,47 +666,121 @@ def _gathered(op: Any, given: list[frozenset[int]]) -> tuple[set[int], bool]:
         if picked or i in given[1] or (i in ibatch and obatch[ibatch.index(i)] in given[0]):
             out.add(j)
     out = {j for j in out if result[j] >= 2}
-    # a batch axis of the operand is taken away when it is sliced below two rows, unless what it
-    # picked comes out along an axis of two indices or more
-    lost = any(i in given[0] and sizes[i] < 2 and i not in obatch for i in range(len(operand)))
-    moved = picked and any(result[j] >= 2 for j in rest)
-    return out, lost and not moved
+    # a batch axis of the operand is cut short (fewer rows than it has), unless its rows are
+    # picked by as many indices as it has (a permutation): the examples came out of the batch
+    picks = math.prod(indices[i] for i in index_axes)
+    cut = [i for i in given[0] if i not in obatch and sizes[i] < operand[i]]
+    return out, any(i not in dn.start_index_map or picks < operand[i] for i in cut)
 
 
 def _trips(op: Any) -> int:
-    """How often a ``while`` loop runs, read from JAX's counted loops (a counter from a constant,
-    compared with a constant, stepped by a constant each time round); :data:`UNREAD_TRIPS` for
-    any other loop."""
-    cond, body = op.regions[0].blocks[0], op.regions[1].blocks[0]
-    test = _returned(cond)
-    cmp = _defining(test[0]) if len(test) == 1 else None
-    if cmp is None or cmp.name != "stablehlo.compare":
+    """How often a ``while`` loop runs, read from JAX's counted loops: a signed integer counter
+    from a constant, stepped by a constant each time round, compared with a constant (or a carry
+    that starts as one and never changes), or several such tests joined by ``and`` (the fewest
+    trips); :data:`UNREAD_TRIPS` for any other loop, or one whose counter would wrap around."""
+    test = _returned(op.regions[0].blocks[0])
+    if len(test) != 1:
         return UNREAD_TRIPS
-    direction = str(cmp.attributes["comparison_direction"]).rsplit(" ", 1)[-1].strip(">").upper()
-    lhs, rhs = cmp.operands
-    args = list(cond.arguments)
-    if rhs in args and lhs not in args:  # n > i is i < n
+    counts = [n for n in (_compare_trips(op, v) for v in _conjuncts(test[0], 0)) if n is not None]
+    return min(counts) if counts else UNREAD_TRIPS
+
+
+def _unwrapped(v: Any) -> Any:
+    """``v`` without the plumbing JAX puts around values and tests: a ``convert`` to its own
+    type, ``p != false`` for a predicate ``p``."""
+    for _ in range(8):
+        op = _defining(v)
+        if op is not None and op.name == "stablehlo.convert" and op.operands[0].type == v.type:
+            v = op.operands[0]
+        elif (
+            op is not None
+            and op.name == "stablehlo.compare"
+            and _attr_word(op, "comparison_direction") == "NE"
+            and _constant(op.operands[1]) == 0
+            and op.operands[0].type == v.type
+        ):
+            v = op.operands[0]
+        else:
+            break
+    return v
+
+
+def _conjuncts(v: Any, depth: int) -> list[Any]:
+    """The tests ``v`` joins with ``and``."""
+    v = _unwrapped(v)
+    op = _defining(v)
+    if op is not None and op.name == "stablehlo.and" and depth < 8:
+        return [c for x in op.operands for c in _conjuncts(x, depth + 1)]
+    return [v]
+
+
+def _attr_word(op: Any, attr: str) -> str:
+    """``LT`` from ``#stablehlo<comparison_direction LT>``."""
+    try:
+        return str(op.attributes[attr]).rsplit(" ", 1)[-1].strip(">").upper()
+    except (KeyError, IndexError):
+        return ""
+
+
+def _compare_trips(loop: Any, v: Any) -> int | None:
+    """The trips after which the test ``v`` of ``loop`` fails, if it is a counter's comparison."""
+    from jax._src.lib.mlir import ir
+
+    cond, body = loop.regions[0].blocks[0], loop.regions[1].blocks[0]
+    cmp = _defining(v)
+    if cmp is None or cmp.name != "stablehlo.compare" or _attr_word(cmp, "compare_type") != "SIGNED":
+        return None
+    direction = _attr_word(cmp, "comparison_direction")
+    lhs, rhs = (_unwrapped(x) for x in cmp.operands)
+    args, yielded = list(cond.arguments), _returned(body)
+
+    def fixed(x: Any) -> int | None:  # a constant, or a carry that starts as one and never changes
+        if x in args:
+            m = args.index(x)
+            return _constant(loop.operands[m]) if yielded[m] == body.arguments[m] else None
+        return _constant(x)
+
+    def stepped(x: Any) -> int | None:  # the carry's index, if it changes by a constant each trip
+        if x not in args:
+            return None
+        m = args.index(x)
+        nxt = _defining(yielded[m])
+        if nxt is None or nxt.name not in ("stablehlo.add", "stablehlo.subtract"):
+            return None
+        a, b = nxt.operands
+        counter = body.arguments[m]
+        step = _constant(b) if a == counter else _constant(a) if b == counter and nxt.name == "stablehlo.add" else None
+        return None if not step else m
+
+    if stepped(lhs) is None and stepped(rhs) is not None:  # n > i is i < n
         lhs, rhs = rhs, lhs
         direction = {"GT": "LT", "GE": "LE", "LT": "GT", "LE": "GE"}.get(direction, direction)
-    if lhs not in args:
-        return UNREAD_TRIPS
-    k = args.index(lhs)
-    n, start = _constant(rhs), _constant(op.operands[k])
-    stepped = _defining(_returned(body)[k])
-    if n is None or start is None or stepped is None or stepped.name not in ("stablehlo.add", "stablehlo.subtract"):
-        return UNREAD_TRIPS
-    a, b = stepped.operands
-    counter = body.arguments[k]
-    step = _constant(b) if a == counter else _constant(a) if b == counter and stepped.name == "stablehlo.add" else None
-    if not step:
-        return UNREAD_TRIPS
-    step = -step if stepped.name == "stablehlo.subtract" else step
+    k = stepped(lhs)
+    if k is None:
+        return None
+    n, start = fixed(rhs), _constant(loop.operands[k])
+    nxt = _defining(yielded[k])
+    a, b = nxt.operands
+    step = _constant(b) if a == body.arguments[k] else _constant(a)
+    if n is None or start is None or not step:
+        return None
+    step = -step if nxt.name == "stablehlo.subtract" else step
+    up = direction in ("LT", "LE", "NE")
     span = {"LT": n - start, "LE": n + 1 - start, "NE": n - start, "GT": start - n, "GE": start - n + 1}.get(direction)
-    if span is None or (step > 0) != (direction in ("LT", "LE", "NE")):
-        return UNREAD_TRIPS
+    if span is None or (step > 0) != up:
+        return None
+    if span <= 0:
+        return 0 if direction != "NE" or span == 0 else None  # NE past its bound only stops by wrapping
     if direction == "NE" and span % step:
-        return UNREAD_TRIPS
-    return max(0, -(-span // abs(step)))
+        return None
+    trips = -(-span // abs(step))
+    try:
+        width = ir.IntegerType(ir.RankedTensorType(lhs.type).element_type).width
+    except (TypeError, ValueError):
+        return None
+    if not -(2 ** (width - 1)) <= start + trips * step < 2 ** (width - 1):  # the counter would wrap
+        return None
+    return trips
 
 
 def per_example_ops(exp: Any, args: list[Any], batch_axes: list[list[int]]) -> int:
