@@ -390,12 +390,11 @@ def _dims(v: Any) -> tuple[int, ...] | None:
 
 
 def _defining(v: Any) -> Any:
-    """The operation that defines ``v``; None for a block argument."""
-    from jax._src.lib.mlir import ir
-
-    if isinstance(v, ir.BlockArgument):
-        return None
-    return v.owner.operation if hasattr(v.owner, "operation") else v.owner
+    """The operation that defines ``v``; None for a block argument (whose owner is a block: JAX
+    0.6's bindings give a plain value, not a ``BlockArgument``, for one)."""
+    owner = v.owner
+    op = getattr(owner, "operation", owner)
+    return op if hasattr(op, "name") and hasattr(op, "operands") else None
 
 
 def _constant(v: Any) -> int | None:
