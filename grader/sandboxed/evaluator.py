@@ -593,6 +593,8 @@ class _Examples:
                 axes.add(dn.output_feature_dimension)
             summed |= dn.input_feature_dimension in given[0] or dn.kernel_input_feature_dimension in given[1]
             summed |= any(i in given[1] for i in dn.kernel_spatial_dimensions)
+            # batch groups move the examples of the input's batch axis onto the output's features
+            summed |= dn.input_batch_dimension in given[0] and _int_attr(op, "batch_group_count") > 1
             if summed:
                 axes |= set(range(len(out or ())))  # a sum over examples: they may come out anywhere
             self._set(results[0], axes)
@@ -602,13 +604,17 @@ class _Examples:
                 self._set(r, axes)
             return False
         if name == "stablehlo.scatter":
-            # the operand's axes stay; updates or indices that hold examples may put them anywhere
-            axes = set(given[0])
-            if any(given[1:]):
+            # the operands' axes stay; updates or indices that hold examples may put them
+            # anywhere, and where no axis of the result is as long as theirs, examples were
+            # summed or written over (a scatter-add of the batch into one row)
+            n = len(results)
+            axes = set().union(*given[:n])
+            marked = [shapes[k][i] for k in range(n, len(operands)) for i in given[k]]
+            if marked:
                 axes |= set(range(len(out or ())))
             for r in results:
                 self._set(r, axes)
-            return False
+            return bool(marked) and not any(size >= min(marked) for size in out or ())
         if name == "stablehlo.tuple":
             self.tuples[results[0]] = given
             return False

@@ -443,6 +443,84 @@ def _laundered(how):
     return f
 
 
+def _wrapping_loop(params, xs, ys):
+    """A counter that runs from near the top of int32 to `!=` a bound past its wrap-around: 64
+    trips that a reading of `n - start` takes for none (session 31's first red-team pass)."""
+    B, start = xs.shape[0], 2**31 - 32
+
+    def body(c):
+        t, out = c
+        i = jnp.minimum(t - start, B - 1)
+        return t + 1, out.at[i].set(jax.grad(_loss)(params, xs[i], ys[i]))
+
+    return lax.while_loop(lambda c: c[0] != jnp.int32(-(2**31) + 32), body, (jnp.int32(start), jnp.zeros_like(xs)))[1]
+
+
+def _identity_convolution(params, xs, ys):
+    """The batch flattened and copied through a convolution with an identity kernel (a window
+    across every example), then the clamped loop over the copy (the first red-team pass)."""
+    B = xs.shape[0]
+    flat = jnp.concatenate([xs, ys[:, None]], 1).reshape(1, 1, -1)
+    n = flat.shape[-1]
+    xy = lax.conv_general_dilated(flat, jnp.eye(n, dtype=xs.dtype)[:, None, :], (1,), "VALID").reshape(B, 6)
+    return _clamped_loop(params, xy[:, :5], xy[:, 5])
+
+
+def _flat_rows(params, xs, ys):
+    """The batch flattened, each example a slice of its 6 entries (two or more, so still several
+    entries of a batch axis), its dot product by a cumulative sum (the first red-team pass)."""
+    B = xs.shape[0]
+    flat = jnp.concatenate([xs, ys[:, None]], 1).reshape(-1)
+    signed = jnp.concatenate([params, -jnp.ones(1, params.dtype)])
+    rows = []
+    for b in range(64):
+        row = lax.dynamic_slice(flat, (6 * jnp.minimum(b, B - 1),), (6,))
+        r = jnp.cumsum(row * signed)[jnp.full(5, 5)]
+        rows.append(2 * r * row[:5])
+    return jnp.stack(rows)[:B]
+
+
+def _triangular_solve(params, xs, ys):
+    """The batch copied through a triangular solve (a LAPACK custom call) whose axes do not line
+    up with its operands', then the clamped loop over the copy (the first red-team pass)."""
+    B = xs.shape[0]
+    v = jnp.concatenate([xs, ys[:, None]], 1).reshape(-1)
+    n = v.shape[0]
+    vv = jnp.concatenate([jnp.zeros(1, v.dtype), v])
+    first = (jnp.arange(n + 1) == 0).astype(v.dtype)
+    a = jnp.eye(n + 1, dtype=v.dtype) + vv[:, None] * first[None, :]
+    x = lax.linalg.triangular_solve(
+        a, first[None, :], left_side=False, lower=True, transpose_a=True, unit_diagonal=True
+    )
+    xy = -x[0, 1:].reshape(B, 6)
+    return _clamped_loop(params, xy[:, :5], xy[:, 5])
+
+
+def _scatter_picks(params, xs, ys):
+    """Each example's entries summed out of the batch by a scatter-add into one row (the second
+    red-team pass)."""
+    B = xs.shape[0]
+
+    def pick(col, i):
+        hot = (jnp.arange(col.shape[0]) == i).astype(col.dtype)
+        return jnp.zeros(1, col.dtype).at[jnp.zeros(col.shape[0], jnp.int32)].add(col * hot)[0]
+
+    def body(i, out):
+        j = jnp.minimum(i, B - 1)
+        x = jnp.stack([pick(xs[:, f], j) for f in range(5)])
+        return out.at[j].set(jax.grad(_loss)(params, x, pick(ys, j)))
+
+    return lax.fori_loop(0, 64, body, jnp.zeros_like(xs))
+
+
+def _batch_groups(params, xs, ys):
+    """The batch, gathered to 64 rows, moved onto a convolution's feature axis by 64 batch
+    groups, then the clamped loop over that copy (the second red-team pass)."""
+    a = jnp.concatenate([xs, ys[:, None]], 1)[jnp.minimum(jnp.arange(64), xs.shape[0] - 1)]
+    xy = lax.conv_general_dilated(a[:, None, :], jnp.ones((64, 1, 1), a.dtype), (1,), "VALID", batch_group_count=64)[0]
+    return _clamped_loop(params, xy[: xs.shape[0], :5], xy[: xs.shape[0], 5])
+
+
 def _in_cond(params, xs, ys):
     """The loop inside one branch of a cond on the data."""
     return lax.cond(xs.sum() > 1e30, lambda: _PE(params, xs, ys), lambda: _one_hot(params, xs, ys))
@@ -493,6 +571,12 @@ PER_EXAMPLE = {
     "a jitted helper called 64 times": (_jitted_helper, 128),
     "a while loop with a float counter": (_unread_loop, 128),
     "the loop in one branch of a cond": (_in_cond, 129),  # and the predicate's sum
+    "a while loop whose counter wraps around": (_wrapping_loop, 128),
+    "through a convolution with an identity kernel": (_identity_convolution, 195),
+    "rows of the flattened batch": (_flat_rows, 192),
+    "through a triangular solve": (_triangular_solve, 196),
+    "scatter-adds into one row": (_scatter_picks, 384),
+    "through a convolution's batch groups": (_batch_groups, 195),
 }
 
 
@@ -539,6 +623,21 @@ def test_per_example_ops_follows_a_batch_on_another_axis():
         (lambda xs: lax.while_loop(lambda c: c[0] > 0, lambda c: (c[0] - 2, c[1] + jnp.mean(xs)), (9, 0.0))[1], 5),
         (
             lambda xs: lax.while_loop(lambda c: c[0] < 5.0, lambda c: (c[0] + 1.0, c[1] + jnp.mean(xs)), (0.0, 0.0))[1],
+            64,
+        ),
+        # a bound made outside the loop (a carry that never changes), and a test of two bounds
+        (lambda xs: lax.fori_loop(0, jnp.int32(4), lambda i, acc: acc + jnp.mean(xs), 0.0), 4),
+        (
+            lambda xs: lax.while_loop(
+                lambda c: (c[0] < 3) & (c[0] >= 0), lambda c: (c[0] + 1, c[1] + jnp.mean(xs)), (0, 0.0)
+            )[1],
+            3,
+        ),
+        # a counter that would wrap around before it meets its bound is not read
+        (
+            lambda xs: lax.while_loop(
+                lambda c: c[0] < 2**31 - 1, lambda c: (c[0] + 2**30, c[1] + jnp.mean(xs)), (1, 0.0)
+            )[1],
             64,
         ),
     ],
