@@ -389,8 +389,9 @@ def check_vectorized(
     analysis): ``lax.map``/``lax.scan``/``fori_loop`` over the batch trace with a symbolic batch
     but run one example after another.  Nor may it take the examples out of the batch one at a
     time (a loop of a fixed length over them, unrolled or a scan): at the largest batch of
-    ``cases``, the evaluator counts the operations that take the batch's data to a tensor
-    without its batch axis (``per_example_ops``), and more than :data:`PER_EXAMPLE_MAX` fail.
+    ``cases``, the evaluator counts the operations that take examples out of the batch axes (a
+    reduction, contraction, slice or gather over them, each as often as it runs:
+    ``per_example_ops``), and more than :data:`PER_EXAMPLE_MAX` fail.
     The batch axes are those of ``specs`` that are not a number (``"B, 5"``: axis 0)."""
     try:
         exp = submission.export(name, specs)
@@ -478,9 +479,10 @@ def _not_one_at_a_time(name: str, info: dict[str, Any]) -> None:
     if count > PER_EXAMPLE_MAX:
         raise CheckFailure(
             f"`{name}` works on the examples one at a time: for a batch of {info['batch']}, its compiled code "
-            f"takes the batch's data out of the batch axis {count} times (a vectorized function does it a "
-            f"few times at most, for a mean over the batch; a loop over the examples, even of a fixed "
-            "length and unrolled, or a scan, does it for every example)",
+            f"takes examples out of the batch {count} times (a slice, gather, reduction or contraction over "
+            "the batch, counted each time it runs; a vectorized function does it a few times at most, for a "
+            "mean over the batch, while a loop over the examples, even of a fixed length and unrolled, or a "
+            "scan, does it for every example)",
             _VECTORIZE_HINT,
         )
 
