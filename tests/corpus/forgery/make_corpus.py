@@ -1340,6 +1340,44 @@ def per_example_grads(params, xs, ys):
     return jnp.concatenate([g(params, xs[b : b + 1], ys[b : b + 1]) for b in range(64)])"""
 
 
+# written against session 31's count of the operations that take examples out of the batch, by
+# a student who has read it (its two red-team passes found these as ways past earlier versions):
+# each example summed out of the batch by a scatter-add into one row, a scatter whose result has
+# no axis as long as the batch; and a while loop whose int32 counter runs to `!=` a bound past its
+# wrap-around, 64 trips that `n - start` reads as none
+PE_SCATTER_PICKS = """\
+@jax.jit
+def per_example_grads(params, xs, ys):
+    B, P = xs.shape
+
+    def pick(col, i):
+        hot = (jnp.arange(B) == i).astype(col.dtype)
+        return jnp.zeros(1, col.dtype).at[jnp.zeros(B, jnp.int32)].add(col * hot)[0]
+
+    def body(i, out):
+        j = jnp.minimum(i, B - 1)
+        x = jnp.stack([pick(xs[:, f], j) for f in range(P)])
+        return out.at[j].set(jax.grad(loss_fn)(params, x, pick(ys, j)))
+
+    return jax.lax.fori_loop(0, 64, body, jnp.zeros_like(xs))"""
+
+PE_WRAPPING_COUNTER = """\
+START = 2**31 - 32
+
+
+@jax.jit
+def per_example_grads(params, xs, ys):
+    B = xs.shape[0]
+
+    def body(c):
+        t, out = c
+        i = jnp.minimum(t - START, B - 1)
+        return t + 1, out.at[i].set(jax.grad(loss_fn)(params, xs[i], ys[i]))
+
+    stop = lambda c: c[0] != jnp.int32(-(2**31) + 32)
+    return jax.lax.while_loop(stop, body, (jnp.int32(START), jnp.zeros_like(xs)))[1]"""
+
+
 def per_example_grads() -> dict[str, object]:
     build = partial(kit.build, "per_example_grads")
     head = [md("# Homework 5: per-example gradients"), code(PE_IMPORTS), code(PE_LOSS), code(PE_NOT_JITTED)]
@@ -1358,6 +1396,10 @@ def per_example_grads() -> dict[str, object]:
         ),
         "forge_fixed_length_slices.ipynb": build(
             "forge_fixed_length_slices", [*fixed, code(PE_FIXED_SLICES), code(PE_CHECK)]
+        ),
+        "forge_scatter_picks.ipynb": build("forge_scatter_picks", [*fixed, code(PE_SCATTER_PICKS), code(PE_CHECK)]),
+        "forge_wrapping_counter.ipynb": build(
+            "forge_wrapping_counter", [*fixed, code(PE_WRAPPING_COUNTER), code(PE_CHECK)]
         ),
     }
 
