@@ -150,9 +150,13 @@ def _walk(op: Any) -> list[Any]:
     return out
 
 
-def _terminator(region: Any) -> Any:
-    ops = list(region.blocks[0].operations) if len(region.blocks) else []
+def _last_op(block: Any) -> Any:
+    ops = list(block.operations)
     return ops[-1].operation if ops else None
+
+
+def _terminator(region: Any) -> Any:
+    return _last_op(region.blocks[0]) if len(region.blocks) else None
 
 
 class _Taint:
@@ -414,8 +418,9 @@ def _constant(v: Any) -> int | None:
 
 
 def _returned(block: Any) -> list[Any]:
-    ops = list(block.operations)
-    return list(ops[-1].operation.operands) if ops else []
+    """What a block returns: its terminator's operands."""
+    last = _last_op(block)
+    return list(last.operands) if last is not None else []
 
 
 def _reshaped(src: tuple[int, ...], dst: tuple[int, ...], axes: frozenset[int]) -> set[int]:
@@ -434,10 +439,9 @@ def _reshaped(src: tuple[int, ...], dst: tuple[int, ...], axes: frozenset[int]) 
 
 
 class _Examples:
-    """The axes of each value of a module with static shapes that hold at least two of the
+    """The axes of each value of a module with static shapes that may hold two or more of the
     batch's examples, followed from the public function's arguments (``batch_axes``); and
-    ``count``, the operations that take such data to a tensor without such an axis, each as often
-    as it runs."""
+    ``count``, the operations that take examples out of such an axis, each as often as it runs."""
 
     def __init__(self, module: Any, batch_axes: list[list[int]]) -> None:
         from jax._src.lib.mlir import ir
@@ -490,10 +494,11 @@ class _Examples:
         if name == "stablehlo.while":
             self._while(op, weight, depth)
             return
-        callee = self.funcs.get(_sym(op, "callee" if name == "func.call" else "decomposition"))
-        if name in ("func.call", "stablehlo.composite") and callee is not None:
-            self._call(callee, op, weight, depth)
-            return
+        if name in ("func.call", "stablehlo.composite"):
+            callee = self.funcs.get(_sym(op, "callee" if name == "func.call" else "decomposition"))
+            if callee is not None:
+                self._call(callee, op, weight, depth)
+                return
         if len(op.regions) and name not in _ELEMENT_REGIONS:
             # case/if, a shard_map's body...: their blocks run the computation on the operands
             for region in op.regions:
@@ -534,8 +539,8 @@ class _Examples:
 
     def _propagate(self, op: Any, name: str, given: list[frozenset[int]]) -> bool:
         """Mark the axes of ``op``'s results that may hold two examples or more, from those of its
-        operands; True when it takes such an axis away (a reduction or contraction over it, a
-        slice or gather that keeps fewer than two of its entries).  Where examples may move to
+        operands; True when it takes examples out of such an axis (a reduction or contraction
+        over it, a slice that cuts it short, a gather of fewer indices than its rows).  Where examples may move to
         another axis (a contraction over the batch moves them along the other side's free axes:
         ``P @ xs`` with a permutation ``P``), that axis is marked too; an operation not known here
         that changes the rank marks every axis and counts."""
@@ -544,14 +549,21 @@ class _Examples:
         operands, results = list(op.operands), list(op.results)
         shapes = [_dims(v) or () for v in operands]
         out = _dims(results[0]) if results else None
+        # these move or copy every entry (a reshape keeps them all, two marked axes merged
+        # included): the marks follow, and nothing is taken out
         if name in ("stablehlo.broadcast_in_dim", "stablehlo.dynamic_broadcast_in_dim"):
             dims = _ints(op, "broadcast_dimensions")
-            return self._mark(results[0], {dims[i] for i in given[0]}, given[0])
+            self._set(results[0], {dims[i] for i in given[0]})
+            return False
         if name == "stablehlo.transpose":
-            perm = _ints(op, "permutation")
-            return self._mark(results[0], {j for j, i in enumerate(perm) if i in given[0]}, given[0])
+            self._set(results[0], {j for j, i in enumerate(_ints(op, "permutation")) if i in given[0]})
+            return False
         if name in ("stablehlo.reshape", "stablehlo.dynamic_reshape"):
-            return self._mark(results[0], _reshaped(shapes[0], out or (), given[0]), given[0])
+            self._set(results[0], _reshaped(shapes[0], out or (), given[0]))
+            return False
+        if name == "stablehlo.concatenate":
+            self._set(results[0], frozenset().union(*given))
+            return False
         if name == "stablehlo.reduce":
             gone = set(_ints(op, "dimensions"))
             kept = [i for i in range(len(shapes[0])) if i not in gone]
@@ -577,8 +589,6 @@ class _Examples:
             axes, consumed = _gathered(op, given)
             self._set(results[0], axes)
             return consumed
-        if name == "stablehlo.concatenate":
-            return self._mark(results[0], frozenset().union(*given), frozenset().union(*given))
         if name == "stablehlo.convolution":
             dn = hlo.ConvDimensionNumbers(op.attributes["dimension_numbers"])
             axes, summed = set(), False
@@ -639,14 +649,6 @@ class _Examples:
                     self._set(r, range(len(shape)))
                     consumed = True
         return consumed
-
-    def _mark(self, result: Any, axes: Any, source: frozenset[int]) -> bool:
-        """Mark ``axes`` of ``result`` (those of ``source``, an operand's, where they went); True
-        when fewer of them keep two entries or more than ``source`` had: a batch axis was taken
-        away."""
-        self._set(result, axes)
-        shape = _dims(result) or ()
-        return len({i for i in axes if 0 <= i < len(shape) and shape[i] >= 2}) < len(source)
 
 
 def _gathered(op: Any, given: list[frozenset[int]]) -> tuple[set[int], bool]:
@@ -745,31 +747,27 @@ def _compare_trips(loop: Any, v: Any) -> int | None:
             return _constant(loop.operands[m]) if yielded[m] == body.arguments[m] else None
         return _constant(x)
 
-    def stepped(x: Any) -> int | None:  # the carry's index, if it changes by a constant each trip
+    def stepped(x: Any) -> tuple[int, int] | None:  # the carry's index and its change each trip
         if x not in args:
             return None
         m = args.index(x)
-        nxt = _defining(yielded[m])
+        nxt, counter = _defining(yielded[m]), body.arguments[m]
         if nxt is None or nxt.name not in ("stablehlo.add", "stablehlo.subtract"):
             return None
         a, b = nxt.operands
-        counter = body.arguments[m]
         step = _constant(b) if a == counter else _constant(a) if b == counter and nxt.name == "stablehlo.add" else None
-        return None if not step else m
+        return None if not step else (m, -step if nxt.name == "stablehlo.subtract" else step)
 
     if stepped(lhs) is None and stepped(rhs) is not None:  # n > i is i < n
         lhs, rhs = rhs, lhs
         direction = {"GT": "LT", "GE": "LE", "LT": "GT", "LE": "GE"}.get(direction, direction)
-    k = stepped(lhs)
-    if k is None:
+    counted = stepped(lhs)
+    if counted is None:
         return None
+    k, step = counted
     n, start = fixed(rhs), _constant(loop.operands[k])
-    nxt = _defining(yielded[k])
-    a, b = nxt.operands
-    step = _constant(b) if a == body.arguments[k] else _constant(a)
-    if n is None or start is None or not step:
+    if n is None or start is None:
         return None
-    step = -step if nxt.name == "stablehlo.subtract" else step
     up = direction in ("LT", "LE", "NE")
     span = {"LT": n - start, "LE": n + 1 - start, "NE": n - start, "GT": start - n, "GE": start - n + 1}.get(direction)
     if span is None or (step > 0) != up:
