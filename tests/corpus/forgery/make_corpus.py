@@ -782,6 +782,37 @@ def global_mean(xs):
     # every device averages the whole closed-over array: no row per device, no psum
     return jax.pmap(lambda row: jnp.mean(xs))(xs)"""
 
+# session 32: a student who has read check_parallel (per-device programs and a collective
+# anywhere in the module) and does the work outside them
+PM_VMAP_THEN_IDENTITY_PMAP = """\
+def parallel_convolve(xs, ws):
+    out = jax.vmap(convolve)(xs, ws)  # all the work, on one device
+    return jax.pmap(lambda row: row)(out)  # then one "program" per device that does nothing"""
+
+PM_PSUM_BESIDE_CLOSED_OVER_MEAN = """\
+def global_mean(xs):
+    def device(row):
+        # every device averages the whole closed-over array; the psum only has to be there
+        return jnp.mean(xs) + 0.0 * lax.psum(jnp.sum(row), "i")
+
+    return jax.pmap(device, axis_name="i")(xs)"""
+
+PM_MEAN_BEFORE_PMAP = """\
+def global_mean(xs):
+    m = jnp.full(xs.shape[:1], jnp.mean(xs))  # the answer, on one device
+    # each device gets its entry of the answer and a psum that changes nothing
+    return jax.pmap(lambda row, mine: mine + 0.0 * lax.psum(row[0], "i"), axis_name="i")(xs, m)"""
+
+# the same as forge_vmap_then_identity_pmap, lowered the older way (GSPMD custom calls around a
+# private function, not an sdy.manual_computation region)
+PM_VMAP_THEN_IDENTITY_PMAP_GSPMD = """\
+jax.config.update("jax_use_shardy_partitioner", False)
+
+
+def parallel_convolve(xs, ws):
+    out = jax.vmap(convolve)(xs, ws)  # all the work, on one device
+    return jax.pmap(lambda row: row)(out)  # then one "program" per device that does nothing"""
+
 
 def pmap() -> dict[str, object]:
     build = partial(kit.build, "pmap")
@@ -795,6 +826,20 @@ def pmap() -> dict[str, object]:
         ),
         "forge_mean_closed_over.ipynb": build(
             "forge_mean_closed_over", [*head, code(PM_CONVOLVE), code(PM_MEAN_CLOSED_OVER), code(PM_CHECK)]
+        ),
+        "forge_vmap_then_identity_pmap.ipynb": build(
+            "forge_vmap_then_identity_pmap", [*head, code(PM_VMAP_THEN_IDENTITY_PMAP), code(PM_MEAN), code(PM_CHECK)]
+        ),
+        "forge_vmap_then_identity_pmap_gspmd.ipynb": build(
+            "forge_vmap_then_identity_pmap_gspmd",
+            [*head, code(PM_VMAP_THEN_IDENTITY_PMAP_GSPMD), code(PM_MEAN), code(PM_CHECK)],
+        ),
+        "forge_psum_beside_closed_over_mean.ipynb": build(
+            "forge_psum_beside_closed_over_mean",
+            [*head, code(PM_CONVOLVE), code(PM_PSUM_BESIDE_CLOSED_OVER_MEAN), code(PM_CHECK)],
+        ),
+        "forge_mean_before_pmap.ipynb": build(
+            "forge_mean_before_pmap", [*head, code(PM_CONVOLVE), code(PM_MEAN_BEFORE_PMAP), code(PM_CHECK)]
         ),
     }
 
