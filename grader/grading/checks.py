@@ -808,7 +808,11 @@ def check_parallel(
     device (``jax.pmap``, or ``shard_map``), not computed on one device and then placed
     (``jax.vmap`` + ``device_put``, a Python loop).  With ``collective=True`` the devices must
     also combine their results with a collective (``lax.psum``/``pmean``/``all_gather``...).
-    The module must run and give ``expected`` (or ``reference(*args)``) on ``args``."""
+    The work must be done in the per-device programs: the module computes nothing with the
+    inputs outside them (moving entries and elementwise functions of one value, such as dividing
+    the result by the number of devices, are not work), and no device receives more than one
+    row of an argument with one row per device (a closed-over array, ``in_axes=None``).  The
+    module must run and give ``expected`` (or ``reference(*args)``) on ``args``."""
     args = tuple(args)
     try:
         exp = submission.export(name, example=args)
@@ -839,3 +843,33 @@ def check_parallel(
             "`lax.psum` (or `lax.pmean`) over the pmapped axis: give `jax.pmap` an `axis_name=` "
             "and use the same name in the collective.",
         )
+    outside = _module_fact(name, analysis, "outside_ops")
+    if outside < 0:
+        raise CheckFailure(f"the compiled `{name}` could not be analysed ({analysis.get('outside_op', '')})")
+    if outside:
+        raise CheckFailure(
+            f"`{name}` does its work outside the per-device programs: its compiled code computes with the "
+            f"inputs in one program for all the devices ({outside} operation{'s' if outside != 1 else ''}, "
+            f"the first a `{analysis.get('outside_op', '')}`), before or after the `pmap`",
+            "Do the computation inside the function you give `jax.pmap`, so that each device computes with its "
+            "own row (`jax.pmap(f)(xs)`). Outside the pmap, only move or rescale its result (dividing it by the "
+            "number of devices is fine).",
+        )
+    whole = _module_fact(name, analysis, "whole_inputs")
+    if whole:
+        which = ", ".join(_argument(args, i) for i in whole)
+        raise CheckFailure(
+            f"`{name}` hands each device more than its own row of {which}: every device gets the whole "
+            "array (or more of it than one row), not one row each",
+            "Let `jax.pmap` split the array: pass it to the pmapped function as an argument (`in_axes=0`, the "
+            "default), not closed over or with `in_axes=None`; then combine the devices' results with a "
+            "collective (`lax.psum`).",
+        )
+
+
+def _argument(args: tuple[Any, ...], index: str) -> str:
+    """How a message names the module's input ``index`` (a flattened argument)."""
+    i = int(index)
+    if i < len(args) and all(np.ndim(a) >= 1 or np.isscalar(a) for a in args):
+        return f"argument {i + 1} (shape {tuple(np.shape(args[i]))})"
+    return f"input {i + 1}"

@@ -12,7 +12,7 @@ import os
 import re
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from grader.sandboxed import rlimits
@@ -320,6 +320,7 @@ def analyze_module(exp: Any) -> dict[str, Any]:
                 calls.add(target)
                 per_device |= target == "SPMDFullToShardShape"
         whole = _whole_call(taint)
+        outside = outside_per_device(module, int(exp.nr_devices))
     return {
         "nr_devices": int(exp.nr_devices),
         "custom_calls": sorted(calls)[:50],
@@ -329,11 +330,218 @@ def analyze_module(exp: Any) -> dict[str, Any]:
         "collectives": sorted(collectives),
         "per_device": per_device,
         "vmapped": _VMAP_IN_NAME_STACK.search(text) is not None,
+        **outside,
     }
 
 
 #: A location whose name stack passes through ``jax.vmap``: ``loc("jit(f)/vmap(conv)/dot_general"``.
 _VMAP_IN_NAME_STACK = re.compile(r'loc\("[^"]*\bvmap\(')
+
+
+# --------------------------------------------------------------------------- work outside the devices
+#
+# ``per_device`` says the module has per-device programs (a ``pmap``/``shard_map``), not that its
+# work is done in them: ``jax.pmap(lambda row: row)(jax.vmap(convolve)(xs, ws))`` has one that
+# does nothing, and a pmap that averages a closed-over array hands every device all of it.  So the
+# module is followed from its arguments, outside the per-device programs, and what it computes
+# there with them is counted.  Moving entries (a reshape, a slice, a sharding annotation) computes
+# nothing, and an elementwise function of a single value (dividing the pmap's result by the
+# number of devices) combines nothing; any other operation on the inputs there (a reduction, a
+# contraction, a sum of two different values, a loop) is work that one program did for every
+# device.  An argument with one row per device must reach each device one row at a time: a
+# per-device program whose inputs hold more entries derived from it than one row (the array
+# replicated, ``in_axes=None``, a closed-over array, or the rows broadcast to every device before
+# the split) is reported too.  Two lowerings are read:
+# shardy's ``sdy.manual_computation`` region, and GSPMD's ``SPMDFullToShardShape`` /
+# ``SPMDShardToFullShape`` custom calls around a private function (``jax_use_shardy_partitioner``
+# off), where the values between the two are a device's own.
+
+#: Operations that move, copy or annotate entries and compute nothing.
+_MOVES = frozenset(
+    "stablehlo." + n
+    for n in (
+        "reshape transpose broadcast_in_dim broadcast slice concatenate pad reverse copy "
+        "optimization_barrier tuple get_tuple_element iota constant"
+    ).split()
+) | {"sdy.sharding_constraint", "sdy.reshard", "func.return"}
+#: Moves whose first operands are the entries and the rest say which: they compute with the
+#: inputs when those say which (a data-dependent index).
+_INDEXED = {"stablehlo.gather": 1, "stablehlo.dynamic_slice": 1, "stablehlo.dynamic_update_slice": 2}
+#: Elementwise operations: they combine entries only when two different values meet.
+_ELEMENTWISE = frozenset(
+    "stablehlo." + n
+    for n in (
+        "abs add and atan2 cbrt ceil clamp compare complex convert bitcast_convert cosine "
+        "count_leading_zeros divide exponential exponential_minus_one floor imag is_finite log "
+        "log_plus_one logistic maximum minimum multiply negate not or popcnt power real "
+        "reduce_precision remainder round_nearest_afz round_nearest_even rsqrt select shift_left "
+        "shift_right_arithmetic shift_right_logical sign sine sqrt subtract tan tanh xor"
+    ).split()
+)
+_MAX_VISITS = 200_000  # operations visited, calls inlined: past this the analysis gives up (fails closed)
+
+
+@dataclass(frozen=True)
+class _Held:
+    """What a value derived from the inputs is: the arguments it depends on; whether it is a
+    device's own (inside a per-device program); its root, the value it is an elementwise function
+    of (itself, for anything else); and the arguments whose entries it holds, moved or each put
+    through a function of its own (not combined with others: what a program that receives it can
+    compute from them is what it could from the argument's entries themselves)."""
+
+    args: frozenset[int]
+    manual: bool
+    root: Any
+    entries: frozenset[int]
+
+
+#: Collectives that move entries between the devices without combining them.
+_MOVING_COLLECTIVES = {
+    "stablehlo.all_gather",
+    "stablehlo.all_to_all",
+    "stablehlo.collective_permute",
+    "stablehlo.collective_broadcast",
+}
+
+
+class _Outside:
+    """Counts the operations that compute with the inputs outside the per-device programs (the
+    first one's name kept for the message), and finds the arguments with one row per device of
+    which a per-device program receives more than a row's entries.  Calls are followed into their
+    callees, and per-device programs into their regions (where nothing is counted, and only which
+    entries a value holds is followed, for the programs it is handed to next)."""
+
+    def __init__(self, module: Any, rows: int) -> None:
+        self.funcs: dict[str, Any] = {}
+        for op in module.body.operations:
+            op = op.operation
+            if op.name == "func.func":
+                self.funcs[_sym(op, "sym_name")] = op
+        self.ops = 0
+        self.first = ""
+        self.whole: set[int] = set()
+        self.visits = 0
+        main = next(f for f in self.funcs.values() if _sym(f, "sym_visibility") != "private")
+        block = main.regions[0].blocks[0]
+        #: the entries in one row of each argument with one row per device
+        self.row = {
+            i: math.prod(d) // rows
+            for i, d in enumerate(_dims(a) for a in block.arguments)
+            if d and d[0] == rows and min(d) >= 0
+        }
+        self._shards: list[dict[int, int]] = []  # GSPMD: a device's entries of each argument, per block
+        start = {a: _Held(frozenset({i}), False, a, frozenset({i})) for i, a in enumerate(block.arguments)}
+        self._block(block, start, 0)
+
+    def _count(self, op: Any) -> None:
+        self.ops += 1
+        if not self.first:
+            self.first = _sym(op, "call_target_name") if op.name == "stablehlo.custom_call" else op.name.split(".")[-1]
+
+    def _handed(self, got: dict[int, int], held: _Held | None, inner: Any) -> None:
+        """A per-device program's input ``inner``, from outside: count its entries against each
+        argument whose entries it holds."""
+        if held is not None and not held.manual:
+            size = math.prod(_dims(inner) or (1 << 40,))
+            for i in held.entries & self.row.keys():
+                got[i] = got.get(i, 0) + size
+
+    def _more_than_a_row(self, got: dict[int, int]) -> None:
+        self.whole |= {i for i, n in got.items() if n > self.row[i]}
+
+    def _block(self, block: Any, env: dict[Any, _Held], depth: int) -> list[_Held | None]:
+        if depth > 64:
+            raise RuntimeError("calls nested more than 64 deep")
+        self._shards.append({})
+        for op in block.operations:
+            self.visits += 1
+            if self.visits > _MAX_VISITS:
+                raise RuntimeError(f"more than {_MAX_VISITS} operations to follow")
+            self._op(op.operation, env, depth)
+        self._more_than_a_row(self._shards.pop())
+        last = _last_op(block)
+        return [env.get(v) for v in last.operands] if last is not None else []
+
+    def _op(self, op: Any, env: dict[Any, _Held], depth: int) -> None:
+        name = op.name
+        given = [env.get(v) for v in op.operands]
+        held = [h for h in given if h is not None]
+        if op.regions and name not in ("func.call", "sdy.manual_computation"):
+            # values from outside used in a nested region (stablehlo's loops and branches may):
+            # ``env`` holds only values defined outside it
+            held += [env[v] for x in _walk(op) for v in x.operands if v in env]
+        if not held:
+            return
+        args = frozenset().union(*(h.args for h in held))
+        entries = frozenset().union(*(h.entries for h in held))
+        manual = all(h.manual for h in held)
+
+        def results(manual: bool = manual, root: Any = None, entries: frozenset[int] = entries) -> None:
+            for r in op.results:
+                env[r] = _Held(args, manual, r if root is None else root, entries)
+
+        if name == "func.call":
+            callee = self.funcs.get(_sym(op, "callee"))
+            if callee is None or not len(callee.regions[0].blocks):
+                raise RuntimeError(f"a call of {_sym(op, 'callee')!r} that cannot be followed")
+            block = callee.regions[0].blocks[0]
+            inner = {a: h for a, h in zip(block.arguments, given) if h is not None}
+            for r, h in zip(op.results, self._block(block, inner, depth + 1)):
+                if h is not None:
+                    env[r] = h
+            return
+        if name == "sdy.manual_computation":  # a per-device program
+            block = op.regions[0].blocks[0]
+            got: dict[int, int] = {}
+            inner = {}
+            for h, a in zip(given, block.arguments):
+                self._handed(got, h, a)
+                if h is not None:
+                    inner[a] = _Held(h.args, True, a, h.entries)
+            self._more_than_a_row(got)
+            returned = self._block(block, inner, depth + 1)
+            for r, h in zip(op.results, returned):
+                env[r] = _Held(args, manual, r, h.entries if h is not None else frozenset())
+            return
+        if name == "stablehlo.custom_call":
+            target = _sym(op, "call_target_name")
+            if target == "SPMDFullToShardShape":  # GSPMD: a device's own part from here on
+                self._handed(self._shards[-1], given[0], op.results[0])
+                return results(manual=True)
+            if target == "SPMDShardToFullShape":
+                return results(manual=False)
+            if target in ("Sharding", "shape_assertion"):
+                return results()
+        moves = name in _MOVES or (name in _INDEXED and all(h is None for h in given[_INDEXED[name] :]))
+        one_root = name in _ELEMENTWISE and len({h.root for h in held}) == 1
+        if manual:  # inside a per-device program: nothing is counted
+            if moves or name in _MOVING_COLLECTIVES:
+                return results()
+            if one_root:
+                return results(root=held[0].root)
+            return results(entries=frozenset())
+        if moves:
+            return results()
+        if one_root:
+            return results(root=held[0].root)
+        self._count(op)
+        results(entries=frozenset())
+
+
+def outside_per_device(module: Any, nr_devices: int) -> dict[str, Any]:
+    """``outside_ops``: operations that compute with the inputs outside the per-device programs;
+    ``outside_op``: the first one's name; ``whole_inputs``: the arguments with one row per device
+    (a leading axis of ``nr_devices``) of which a per-device program receives more than one row's
+    entries, as strings.  A
+    module for one device has no per-device programs and nothing is counted.  An analysis that
+    fails gives ``outside_ops = -1`` and the reason in ``outside_op`` (the check fails closed)."""
+    if nr_devices <= 1:
+        return {"outside_ops": 0, "outside_op": "", "whole_inputs": []}
+    try:
+        found = _Outside(module, nr_devices)
+    except Exception as exc:  # decides nothing: check_parallel fails closed
+        return {"outside_ops": -1, "outside_op": f"{type(exc).__name__}: {exc}"[:200], "whole_inputs": []}
+    return {"outside_ops": found.ops, "outside_op": found.first, "whole_inputs": [str(i) for i in sorted(found.whole)]}
 
 
 # --------------------------------------------------------------------------- examples one at a time

@@ -874,6 +874,9 @@ ANALYSIS_FIELDS: dict[str, type] = {
     "collectives": list,
     "per_device": bool,
     "vmapped": bool,
+    "outside_ops": int,
+    "outside_op": str,
+    "whole_inputs": list,
     "analysis_error": str,
 }
 

@@ -61,6 +61,9 @@ class FakeSubmission:
             "collectives": [],
             "per_device": False,
             "vmapped": vmap_used,
+            "outside_ops": 0,
+            "outside_op": "",
+            "whole_inputs": [],
             **(analysis or {}),
         }
 
@@ -413,6 +416,35 @@ def test_check_parallel_judges_the_module() -> None:
         check_parallel(
             FakeSubmission({"f": _conv}, analysis=PMAP), "f", xs, devices=4, reference=lambda a, b: 0 * _conv(a, b)
         )
+
+
+def test_check_parallel_fails_work_outside_the_per_device_programs_and_rows_handed_whole() -> None:
+    """Where the work is done (the evaluator's ``outside_ops`` and ``whole_inputs``): per-device
+    programs somewhere in the module are not enough (session 32's forgeries)."""
+    xs = (np.ones((4, 5), np.float32), np.ones((4, 3), np.float32))
+
+    def judged(**analysis: Any) -> None:
+        sub = FakeSubmission({"f": _conv}, analysis=dict(PMAP, collectives=["all_reduce"], **analysis))
+        check_parallel(sub, "f", xs, devices=4, collective=True, reference=_conv)
+
+    judged()
+    with pytest.raises(CheckFailure) as e:  # vmap, then an identity pmap
+        judged(outside_ops=6, outside_op="dot_general")
+    assert "outside the per-device programs" in e.value.message and "6 operations, the first a `dot_general`" in (
+        e.value.message
+    )
+    assert "inside the function you give `jax.pmap`" in e.value.hint
+    with pytest.raises(CheckFailure, match=r"\(1 operation, the first a `reduce`\)"):
+        judged(outside_ops=1, outside_op="reduce")
+    with pytest.raises(CheckFailure, match=r"could not be analysed \(RuntimeError: x\)"):  # fails closed
+        judged(outside_ops=-1, outside_op="RuntimeError: x")
+    with pytest.raises(CheckFailure) as e:  # a closed-over array, in_axes=None
+        judged(whole_inputs=["1"])
+    assert "more than its own row of argument 2 (shape (4, 3))" in e.value.message and "in_axes=None" in e.value.hint
+    sub = FakeSubmission({"f": _conv}, analysis=PMAP)
+    del sub.analysis["whole_inputs"]  # an evaluator that did not say: nothing is earned
+    with pytest.raises(CheckFailure, match="could not be analysed"):
+        check_parallel(sub, "f", xs, devices=4, reference=_conv)
 
 
 def test_check_no_vmap_from_the_module_and_the_notebook_source() -> None:

@@ -236,15 +236,63 @@ MULTI_DEVICE = textwrap.dedent(
         "pmap with pmean": (jax.pmap(lambda r: lax.pmean(jnp.mean(r), "i"), axis_name="i"), (xs,)),
         "pmap of the closed-over mean": (lambda a: jax.pmap(lambda row: jnp.mean(a))(a), (xs,)),
     }
+    # where the work is done (session 32): honest forms, then forms that do it outside the
+    # per-device programs or hand every device more than its row
+    psum = lambda v: lax.psum(v, "i")
+    pmap_i = lambda f, **kw: jax.pmap(f, axis_name="i", **kw)
+    work = {
+        "honest: mean divided by the size after the pmap": (
+            lambda a: pmap_i(lambda r: psum(jnp.sum(r)))(a) / a.size, (xs,)),
+        "honest: all_gather of the row means": (pmap_i(lambda r: jnp.mean(lax.all_gather(jnp.mean(r), "i"))), (xs,)),
+        "honest: jnp.where after the pmap": (
+            lambda a: (lambda o: jnp.where(o > 0, o, 2 * o))(pmap_i(lambda r: lax.pmean(jnp.mean(r), "i"))(a)), (xs,)),
+        "honest: astype before the pmap": (lambda a, b: jax.pmap(conv)(a.astype(jnp.float32), b), (xs, ws)),
+        "honest: two pmaps, the second on the first's results": (
+            lambda a, b: pmap_i(lambda r: r / psum(jnp.max(jnp.abs(r))))(jax.pmap(conv)(a, b)), (xs, ws)),
+        "honest: a scalar handed to every device": (
+            lambda a: pmap_i(lambda r, s: lax.pmean(jnp.mean(r) * s, "i"), in_axes=(0, None))(a, np.float32(1)), (xs,)),
+        "vmap then an identity pmap": (lambda a, b: jax.pmap(lambda r: r)(jax.vmap(conv)(a, b)), (xs, ws)),
+        "an identity pmap then vmap": (lambda a, b: jax.vmap(conv)(jax.pmap(lambda r: r)(a), b), (xs, ws)),
+        "the products outside, their sum inside": (
+            lambda a, b: jax.pmap(lambda p, q, r: p + q + r)(a[:, :-2] * b[:, :1], a[:, 1:-1] * b[:, 1:2], a[:, 2:] * b[:, 2:]),
+            (xs, ws)),
+        "the products inside, their sum outside": (
+            lambda a, b: jax.pmap(lambda x, w: jnp.stack([x[:-2] * w[0], x[1:-1] * w[1], x[2:] * w[2]]))(a, b).sum(axis=1),
+            (xs, ws)),
+        "the mean before the pmap": (
+            lambda a: pmap_i(lambda r, m: m + 0 * psum(r[0]))(a, jnp.full(a.shape[:1], jnp.mean(a))), (xs,)),
+        "a loop before the pmap": (
+            lambda a: pmap_i(lambda r, m: m + 0 * psum(r[0]))(
+                a, jnp.full(a.shape[:1], lax.fori_loop(0, 4, lambda i, t: t + jnp.asarray(a)[i].sum(), 0.0) / a.size)),
+            (xs,)),
+        "the closed-over mean beside a psum": (lambda a: pmap_i(lambda r: jnp.mean(a) + 0 * psum(r.sum()))(a), (xs,)),
+        "in_axes=None": (
+            lambda a: pmap_i(lambda r, full: jnp.mean(full) + 0 * psum(r.sum()), in_axes=(0, None))(a, a), (xs,)),
+        "every row broadcast to every device, then split": (
+            lambda a: pmap_i(lambda r, full: jnp.mean(full) + 0 * psum(r.sum()))(
+                a, jnp.broadcast_to(a.reshape(1, -1), (4, a.size))),
+            (xs,)),
+        "two halves broadcast to every device": (
+            lambda a: pmap_i(lambda r, p, q: (p.sum() + q.sum()) / a.size + 0 * psum(r.sum()))(
+                a, jnp.broadcast_to(a[:2].reshape(1, -1), (4, a.size // 2)),
+                jnp.broadcast_to(a[2:].reshape(1, -1), (4, a.size // 2))),
+            (xs,)),
+        "the rows laundered through an identity pmap, then closed over": (
+            lambda a: (lambda y: pmap_i(lambda r: jnp.mean(y) + 0 * psum(r.sum()))(a))(jax.pmap(lambda r: r)(a)), (xs,)),
+    }
+    for shardy in (True, False):  # the per-device programs as sdy regions, and as GSPMD custom calls
+        cases.update({(k if shardy else f"{k} (GSPMD)"): (f, a, shardy) for k, (f, a) in work.items()})
     out = {}
-    for name, (f, args) in cases.items():
+    for name, case in cases.items():
+        f, args = case[:2]
+        jax.config.update("jax_use_shardy_partitioner", case[2] if len(case) > 2 else True)
         specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args]
         exp = export.deserialize(export.export(jax.jit(f))(*specs).serialize())
         blob = np.frombuffer(bytes(exp.serialize()), dtype=np.uint8)
         frag, payload = protocol.pack_values({"module": blob, "args": list(args)})
         head, res = _evaluate({"op": "eval", "id": 1, **frag}, payload)
         ok = bool(np.allclose(np.asarray(res["result"]), np.asarray(f(*args)), atol=1e-5))
-        out[name] = dict(head.analysis, runs=ok)
+        out[name] = dict(head.analysis, runs=ok, gspmd="sdy.manual_computation" not in exp.mlir_module())
     print(json.dumps(out))
     """
 )
@@ -277,6 +325,53 @@ def test_devices_and_collectives(multi_device, name, nr_devices, per_device, col
     got = multi_device[name]
     assert got["runs"], got  # the evaluator runs multi-device modules, with the right numbers
     assert (got["nr_devices"], got["per_device"], got["collectives"]) == (nr_devices, per_device, collectives), got
+
+
+#: (outside_ops, outside_op, whole_inputs) of each form of MULTI_DEVICE's ``work``
+WORK = {
+    "honest: mean divided by the size after the pmap": (0, "", []),
+    "honest: all_gather of the row means": (0, "", []),
+    "honest: jnp.where after the pmap": (0, "", []),
+    "honest: astype before the pmap": (0, "", []),
+    "honest: two pmaps, the second on the first's results": (0, "", []),
+    "honest: a scalar handed to every device": (0, "", []),
+    "vmap then an identity pmap": (6, "dot_general", []),
+    "an identity pmap then vmap": (6, "dot_general", []),
+    "the products outside, their sum inside": (3, "multiply", []),
+    "the products inside, their sum outside": (1, "reduce", []),
+    "the mean before the pmap": (1, "reduce", []),
+    "a loop before the pmap": (1, "while", []),
+    "the closed-over mean beside a psum": (0, "", ["0"]),
+    "in_axes=None": (0, "", ["0"]),
+    "every row broadcast to every device, then split": (0, "", ["0"]),
+    "two halves broadcast to every device": (0, "", ["0"]),
+    "the rows laundered through an identity pmap, then closed over": (0, "", ["0"]),
+}
+
+
+@pytest.mark.parametrize("gspmd", [False, True], ids=["shardy", "gspmd"])
+@pytest.mark.parametrize("name", list(WORK))
+@needs_requirements_of("pmap")
+def test_work_outside_the_per_device_programs_is_counted(multi_device, name, gspmd):
+    """``check_parallel``'s facts about where the work is done, in both lowerings of a pmap; the
+    honest forms count nothing, and each forgery is seen."""
+    got = multi_device[f"{name} (GSPMD)" if gspmd else name]
+    assert got["runs"] and got["gspmd"] is gspmd, got
+    assert (got["nr_devices"], got["per_device"]) == (4, True), got
+    assert (got["outside_ops"], got["outside_op"], got["whole_inputs"]) == WORK[name], got
+
+
+def test_work_outside_is_not_counted_for_one_device_and_a_failure_is_named():
+    from grader.sandboxed import evaluator
+
+    one = analyze_module(concrete(lambda x: jnp.sum(x) * 2, (4, 3)))
+    assert (one["outside_ops"], one["outside_op"], one["whole_inputs"]) == (0, "", [])
+
+    class Broken:
+        body = None  # not a module: the analysis raises, and says so instead of a count
+
+    got = evaluator.outside_per_device(Broken(), 4)
+    assert got["outside_ops"] == -1 and "AttributeError" in got["outside_op"] and got["whole_inputs"] == []
 
 
 # --------------------------------------------------------------------------- ops
@@ -331,6 +426,9 @@ def test_the_trusted_side_type_checks_the_analysis():
         "collectives": ["all_reduce"],
         "per_device": True,
         "vmapped": False,
+        "outside_ops": 0,
+        "outside_op": "",
+        "whole_inputs": ["1"],
     }
     assert _analysis(good) == good
     forged = dict(good, batch_loops="0", whole_call=1, collectives=[1], extra="x")
