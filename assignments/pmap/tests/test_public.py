@@ -2,8 +2,9 @@
 
 Run them with `jaxgrade check pmap.ipynb` (it starts JAX with 4 CPU devices, as the notebook's
 first cell does). The hidden tests use other, random inputs (signals of length 3 and longer
-ones, rows of one value and of many) and also check that both functions work under jax.jit. Parallelism is judged from the compiled
-code: one program per device (jax.pmap), and for global_mean a collective (lax.psum).
+ones, rows of one value and of many) and also check that both functions work under jax.jit.
+Parallelism is judged from the compiled code: one program per device (jax.pmap) that does the
+work on its own row, and for global_mean a collective (lax.psum).
 """
 
 import numpy as np

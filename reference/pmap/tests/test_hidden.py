@@ -14,7 +14,11 @@ program whose result is only placed there, so both fail. Where the result lies i
 at: the kernel reports it, and it says nothing about where the work was done. global_mean must
 also combine the devices' results with a collective (`lax.psum`, `lax.pmean`, `all_gather`...):
 `jax.pmap(lambda row: jnp.mean(xs))(xs)`, each device averaging the whole closed-over array,
-has no collective and fails. Following the rule for crashes and wrong numbers (README), the
+has no collective and fails. The work must be done in the per-device programs: the module may
+compute nothing with the inputs outside them (moving entries and rescaling the result, such as
+dividing it by the number of devices, are fine), so `jax.vmap(convolve)` followed by an identity
+`pmap` fails; and no device may receive more than its own row of `xs` or `ws`, so the closed-over
+mean fails even beside a `psum` that changes nothing. Following the rule for crashes and wrong numbers (README), the
 module is also run in the evaluator (with the arguments replicated on a 4-device mesh) and must
 give the reference's numbers: a wrong or crashing function earns no parallelism point.
 
