@@ -810,8 +810,10 @@ def check_parallel(
     also combine their results with a collective (``lax.psum``/``pmean``/``all_gather``...).
     The work must be done in the per-device programs: the module computes nothing with the
     inputs outside them (moving entries and elementwise functions of one value, such as dividing
-    the result by the number of devices, are not work), and no device receives more than one
-    row of an argument with one row per device (a closed-over array, ``in_axes=None``).  The
+    the result by the number of devices, are not work), and an argument with one row per device
+    reaches device ``d`` as its row ``d`` only (not closed over, ``in_axes=None`` or copied to
+    every device).  Without ``collective``, row ``d`` of the result must also be computed from
+    row ``d`` of the inputs alone (a parallel map: no rows exchanged with ``all_gather``).  The
     module must run and give ``expected`` (or ``reference(*args)``) on ``args``."""
     args = tuple(args)
     try:
@@ -859,11 +861,18 @@ def check_parallel(
     if whole:
         which = ", ".join(_argument(args, i) for i in whole)
         raise CheckFailure(
-            f"`{name}` hands each device more than its own row of {which}: every device gets the whole "
-            "array (or more of it than one row), not one row each",
+            f"`{name}` does not hand each device its own row of {which}: a device gets the whole array, or "
+            "rows other than its own",
             "Let `jax.pmap` split the array: pass it to the pmapped function as an argument (`in_axes=0`, the "
-            "default), not closed over or with `in_axes=None`; then combine the devices' results with a "
-            "collective (`lax.psum`).",
+            "default), not closed over or with `in_axes=None`, and do not copy rows to every device; then "
+            "combine the devices' results with a collective (`lax.psum`).",
+        )
+    if not collective and not _module_fact(name, analysis, "rows_kept"):
+        raise CheckFailure(
+            f"`{name}` does not compute each row of its result on that row's device from that row alone: "
+            "the devices exchange their rows (a collective such as `all_gather`) and each computes from all of them",
+            "A parallel map needs no collective: `jax.pmap(convolve)(xs, ws)` hands device d row d of each "
+            "argument, and it computes row d of the result.",
         )
 
 

@@ -343,31 +343,39 @@ _VMAP_IN_NAME_STACK = re.compile(r'loc\("[^"]*\bvmap\(')
 # ``per_device`` says the module has per-device programs (a ``pmap``/``shard_map``), not that its
 # work is done in them: ``jax.pmap(lambda row: row)(jax.vmap(convolve)(xs, ws))`` has one that
 # does nothing, and a pmap that averages a closed-over array hands every device all of it.  So the
-# module is followed from its arguments, outside the per-device programs, and what it computes
-# there with them is counted.  Moving entries (a reshape, a slice, a sharding annotation) computes
-# nothing, and an elementwise function of a single value (dividing the pmap's result by the
-# number of devices) combines nothing; any other operation on the inputs there (a reduction, a
-# contraction, a sum of two different values, a loop) is work that one program did for every
-# device.  An argument with one row per device must reach each device one row at a time: a
-# per-device program whose inputs hold more entries derived from it than one row (the array
-# replicated, ``in_axes=None``, a closed-over array, or the rows broadcast to every device before
-# the split) is reported too.  Two lowerings are read:
-# shardy's ``sdy.manual_computation`` region, and GSPMD's ``SPMDFullToShardShape`` /
-# ``SPMDShardToFullShape`` custom calls around a private function (``jax_use_shardy_partitioner``
-# off), where the values between the two are a device's own.
+# module is followed from its arguments, in two ways.
+#
+# - **Work outside the per-device programs** (``outside_ops``): what the module computes with the
+#   inputs there.  Moving entries (a reshape, a slice, a sharding annotation) computes nothing, and
+#   an elementwise function of a single value (dividing the pmap's result by the number of
+#   devices) combines nothing; any other operation on the inputs there (a reduction, a
+#   contraction, two different values combined, a loop, a bitcast that packs several entries into
+#   one) is work that one program did for every device.
+# - **One row per device** (``whole_inputs``): an argument with one row per device (a leading
+#   axis of ``nr_devices``) must reach the per-device programs split along its rows, device ``d``
+#   getting row ``d`` only.  Which axis of a value holds the argument's rows (slice ``d`` of it
+#   depending on row ``d`` alone) is followed through the moves and elementwise operations; a
+#   per-device program's input that depends on the argument must be split along that axis, one
+#   row per device.  The array closed over or passed with ``in_axes=None`` (replicated), its rows
+#   broadcast to every device before the split, one row copied to every device in a Python loop:
+#   each reaches a device other than one row at a time.  A per-device program's result keeps the
+#   rows where each device computed it from its own rows alone (no collective in between), so
+#   laundering the rows through a pmap and then handing them to every device is seen too.
+#
+# Two lowerings are read: shardy's ``sdy.manual_computation`` region, and GSPMD's
+# ``SPMDFullToShardShape`` / ``SPMDShardToFullShape`` custom calls around a private function
+# (``jax_use_shardy_partitioner`` off), where the values between the two are a device's own.
 
 #: Operations that move, copy or annotate entries and compute nothing.
 _MOVES = frozenset(
     "stablehlo." + n
-    for n in (
-        "reshape transpose broadcast_in_dim broadcast slice concatenate pad reverse copy "
-        "optimization_barrier tuple get_tuple_element iota constant"
-    ).split()
+    for n in "reshape transpose broadcast_in_dim slice concatenate pad reverse copy iota constant".split()
 ) | {"sdy.sharding_constraint", "sdy.reshard", "func.return"}
 #: Moves whose first operands are the entries and the rest say which: they compute with the
 #: inputs when those say which (a data-dependent index).
 _INDEXED = {"stablehlo.gather": 1, "stablehlo.dynamic_slice": 1, "stablehlo.dynamic_update_slice": 2}
-#: Elementwise operations: they combine entries only when two different values meet.
+#: Elementwise operations: they combine entries only when two different values meet.  (A
+#: ``bitcast_convert`` that changes the rank packs or unpacks entries: it is not one of them.)
 _ELEMENTWISE = frozenset(
     "stablehlo." + n
     for n in (
@@ -378,6 +386,8 @@ _ELEMENTWISE = frozenset(
         "shift_right_arithmetic shift_right_logical sign sine sqrt subtract tan tanh xor"
     ).split()
 )
+#: Collectives: a device's value after one depends on the other devices' rows.
+_COLLECTIVE_OPS = frozenset(COLLECTIVES)
 _MAX_VISITS = 200_000  # operations visited, calls inlined: past this the analysis gives up (fails closed)
 
 
@@ -385,80 +395,129 @@ _MAX_VISITS = 200_000  # operations visited, calls inlined: past this the analys
 class _Held:
     """What a value derived from the inputs is: the arguments it depends on; whether it is a
     device's own (inside a per-device program); its root, the value it is an elementwise function
-    of (itself, for anything else); and the arguments whose entries it holds, moved or each put
-    through a function of its own (not combined with others: what a program that receives it can
-    compute from them is what it could from the argument's entries themselves)."""
+    of (itself, for anything else); ``rows``: for each argument with one row per device, the axis
+    of this value whose slice ``d`` depends on that argument's row ``d`` alone (outside the
+    per-device programs), or, inside one, that the value depends on the argument through the
+    device's own row alone (the axis is then 0, unused)."""
 
     args: frozenset[int]
     manual: bool
     root: Any
-    entries: frozenset[int]
+    rows: tuple[tuple[int, int], ...] = ()
+
+    def axis(self, i: int) -> int | None:
+        return dict(self.rows).get(i)
 
 
-#: Collectives that move entries between the devices without combining them.
-_MOVING_COLLECTIVES = {
-    "stablehlo.all_gather",
-    "stablehlo.all_to_all",
-    "stablehlo.collective_permute",
-    "stablehlo.collective_broadcast",
-}
+def _axis_through(op: Any, n: int, k: int) -> int | None:
+    """The axis of ``op``'s result that holds axis ``k`` of its operand ``n`` entry for entry (each
+    slice along it from the same slice of the operand), or None."""
+    name = op.name
+    src, dst = _dims(op.operands[n]), _dims(op.results[0])
+    if src is None or dst is None or k >= len(src):
+        return None
+    if name in ("stablehlo.custom_call", "sdy.sharding_constraint", "sdy.reshard", "stablehlo.copy"):
+        return k if src == dst else None
+    if name in _ELEMENTWISE:
+        return k if src == dst else None
+    if name == "stablehlo.reshape":  # the same span of the flattened entries, by the sizes before it
+        before = math.prod(src[:k])
+        for j in range(len(dst)):
+            if math.prod(dst[:j]) == before and dst[j] == src[k]:
+                return j
+        return None
+    if name == "stablehlo.transpose":
+        perm = _ints(op, "permutation")
+        return perm.index(k) if k in perm else None
+    if name == "stablehlo.broadcast_in_dim":
+        j = _ints(op, "broadcast_dimensions")[k]
+        return j if dst[j] == src[k] else None
+    if name == "stablehlo.slice":
+        start, limit, step = _ints(op, "start_indices"), _ints(op, "limit_indices"), _ints(op, "strides")
+        return k if (start[k], limit[k], step[k]) == (0, src[k], 1) else None
+    if name == "stablehlo.concatenate":
+        return k if _int_attr(op, "dimension") != k else None
+    if name == "stablehlo.pad":
+        pads = [_ints(op, a)[k] for a in ("edge_padding_low", "edge_padding_high", "interior_padding")]
+        return k if n == 0 and pads == [0, 0, 0] else None
+    if name == "stablehlo.reverse":
+        return k if k not in _ints(op, "dimensions") else None
+    return None
+
+
+def _split_axis(outer: Any, inner: Any, devices: int) -> int | None:
+    """The axis along which a per-device program's value ``inner`` is ``outer`` split one part
+    per device (the other axes whole), or None (replicated, or split otherwise)."""
+    a, b = _dims(outer), _dims(inner)
+    if a is None or b is None or len(a) != len(b):
+        return None
+    split = [k for k in range(len(a)) if a[k] != b[k]]
+    return split[0] if len(split) == 1 and b[split[0]] * devices == a[split[0]] else None
 
 
 class _Outside:
     """Counts the operations that compute with the inputs outside the per-device programs (the
-    first one's name kept for the message), and finds the arguments with one row per device of
-    which a per-device program receives more than a row's entries.  Calls are followed into their
-    callees, and per-device programs into their regions (where nothing is counted, and only which
-    entries a value holds is followed, for the programs it is handed to next)."""
+    first one's name kept for the message), and finds the arguments with one row per device that
+    reach a per-device program other than one row per device.  Calls are followed into their
+    callees, and per-device programs into their regions (where nothing is counted)."""
 
-    def __init__(self, module: Any, rows: int) -> None:
+    def __init__(self, module: Any, devices: int) -> None:
         self.funcs: dict[str, Any] = {}
         for op in module.body.operations:
             op = op.operation
             if op.name == "func.func":
                 self.funcs[_sym(op, "sym_name")] = op
+        self.devices = devices
         self.ops = 0
         self.first = ""
         self.whole: set[int] = set()
         self.visits = 0
         main = next(f for f in self.funcs.values() if _sym(f, "sym_visibility") != "private")
         block = main.regions[0].blocks[0]
-        #: the entries in one row of each argument with one row per device
-        self.row = {
-            i: math.prod(d) // rows
-            for i, d in enumerate(_dims(a) for a in block.arguments)
-            if d and d[0] == rows and min(d) >= 0
+        #: the arguments with one row per device
+        self.rowed = frozenset(i for i, a in enumerate(block.arguments) if (_dims(a) or (0,))[0] == devices)
+        start = {
+            a: _Held(frozenset({i}), False, a, ((i, 0),) if i in self.rowed else ())
+            for i, a in enumerate(block.arguments)
         }
-        self._shards: list[dict[int, int]] = []  # GSPMD: a device's entries of each argument, per block
-        start = {a: _Held(frozenset({i}), False, a, frozenset({i})) for i, a in enumerate(block.arguments)}
-        self._block(block, start, 0)
+        returned = self._block(block, start, 0)
+        #: each result holds the rows of every argument with one row per device it depends on
+        self.kept = all(h.axis(i) is not None for h in returned if h is not None for i in h.args & self.rowed)
 
     def _count(self, op: Any) -> None:
         self.ops += 1
         if not self.first:
             self.first = _sym(op, "call_target_name") if op.name == "stablehlo.custom_call" else op.name.split(".")[-1]
 
-    def _handed(self, got: dict[int, int], held: _Held | None, inner: Any) -> None:
-        """A per-device program's input ``inner``, from outside: count its entries against each
-        argument whose entries it holds."""
-        if held is not None and not held.manual:
-            size = math.prod(_dims(inner) or (1 << 40,))
-            for i in held.entries & self.row.keys():
-                got[i] = got.get(i, 0) + size
+    def _enter(self, held: _Held | None, outer: Any, inner: Any) -> _Held | None:
+        """A per-device program's input ``inner`` (``outer`` outside): each argument with one row
+        per device that it depends on must come split along its rows, one row per device."""
+        if held is None:
+            return None
+        if held.manual:
+            return _Held(held.args, True, inner, held.rows)
+        split = _split_axis(outer, inner, self.devices)
+        own = tuple((i, 0) for i in sorted(held.args & self.rowed) if split is not None and held.axis(i) == split)
+        self.whole |= (held.args & self.rowed) - {i for i, _ in own}
+        return _Held(held.args, True, inner, own)
 
-    def _more_than_a_row(self, got: dict[int, int]) -> None:
-        self.whole |= {i for i, n in got.items() if n > self.row[i]}
+    def _leave(self, held: _Held | None, outer: Any, inner: Any) -> _Held | None:
+        """A per-device program's result ``outer`` (``inner`` inside): split along one axis, it
+        holds the rows of the arguments each device computed it from its own row of."""
+        if held is None:
+            return None
+        split = _split_axis(outer, inner, self.devices)
+        rows = () if split is None else tuple((i, split) for i, _ in held.rows)
+        return _Held(held.args, False, outer, rows)
 
     def _block(self, block: Any, env: dict[Any, _Held], depth: int) -> list[_Held | None]:
         if depth > 64:
             raise RuntimeError("calls nested more than 64 deep")
-        self._shards.append({})
         for op in block.operations:
             self.visits += 1
             if self.visits > _MAX_VISITS:
                 raise RuntimeError(f"more than {_MAX_VISITS} operations to follow")
             self._op(op.operation, env, depth)
-        self._more_than_a_row(self._shards.pop())
         last = _last_op(block)
         return [env.get(v) for v in last.operands] if last is not None else []
 
@@ -473,12 +532,7 @@ class _Outside:
         if not held:
             return
         args = frozenset().union(*(h.args for h in held))
-        entries = frozenset().union(*(h.entries for h in held))
         manual = all(h.manual for h in held)
-
-        def results(manual: bool = manual, root: Any = None, entries: frozenset[int] = entries) -> None:
-            for r in op.results:
-                env[r] = _Held(args, manual, r if root is None else root, entries)
 
         if name == "func.call":
             callee = self.funcs.get(_sym(op, "callee"))
@@ -492,56 +546,89 @@ class _Outside:
             return
         if name == "sdy.manual_computation":  # a per-device program
             block = op.regions[0].blocks[0]
-            got: dict[int, int] = {}
             inner = {}
-            for h, a in zip(given, block.arguments):
-                self._handed(got, h, a)
-                if h is not None:
-                    inner[a] = _Held(h.args, True, a, h.entries)
-            self._more_than_a_row(got)
-            returned = self._block(block, inner, depth + 1)
-            for r, h in zip(op.results, returned):
-                env[r] = _Held(args, manual, r, h.entries if h is not None else frozenset())
+            for v, h, a in zip(op.operands, given, block.arguments):
+                entered = self._enter(h, v, a)
+                if entered is not None:
+                    inner[a] = entered
+            ret = _last_op(block)
+            for r, h, v in zip(op.results, self._block(block, inner, depth + 1), ret.operands):
+                left = self._leave(h, r, v)
+                if left is not None:
+                    env[r] = left
             return
         if name == "stablehlo.custom_call":
             target = _sym(op, "call_target_name")
-            if target == "SPMDFullToShardShape":  # GSPMD: a device's own part from here on
-                self._handed(self._shards[-1], given[0], op.results[0])
-                return results(manual=True)
-            if target == "SPMDShardToFullShape":
-                return results(manual=False)
-            if target in ("Sharding", "shape_assertion"):
-                return results()
-        moves = name in _MOVES or (name in _INDEXED and all(h is None for h in given[_INDEXED[name] :]))
-        one_root = name in _ELEMENTWISE and len({h.root for h in held}) == 1
+            if target == "SPMDFullToShardShape" and len(op.operands) == len(op.results) == 1:
+                # GSPMD: a device's own part from here on
+                entered = self._enter(given[0], op.operands[0], op.results[0])
+                if entered is not None:
+                    env[op.results[0]] = entered
+                return
+            if target == "SPMDShardToFullShape" and len(op.operands) == len(op.results) == 1:
+                left = self._leave(given[0], op.results[0], op.operands[0])
+                if left is not None:
+                    env[op.results[0]] = left
+                return
         if manual:  # inside a per-device program: nothing is counted
-            if moves or name in _MOVING_COLLECTIVES:
-                return results()
-            if one_root:
-                return results(root=held[0].root)
-            return results(entries=frozenset())
-        if moves:
-            return results()
-        if one_root:
-            return results(root=held[0].root)
-        self._count(op)
-        results(entries=frozenset())
+            own = (
+                ()
+                if name in _COLLECTIVE_OPS
+                else tuple(
+                    (i, 0) for i in sorted(args & self.rowed) if all(h.axis(i) is not None for h in held if i in h.args)
+                )
+            )
+            for r in op.results:
+                env[r] = _Held(args, True, r, own)
+            return
+        repacked = name == "stablehlo.bitcast_convert" and _dims(op.operands[0]) != _dims(op.results[0])
+        annotation = name == "stablehlo.custom_call" and _sym(op, "call_target_name") in ("Sharding", "shape_assertion")
+        moves = annotation or name in _MOVES or (name in _INDEXED and all(h is None for h in given[_INDEXED[name] :]))
+        one_root = name in _ELEMENTWISE and not repacked and len({h.root for h in held}) == 1
+        if not (moves or one_root):
+            self._count(op)
+        for r in op.results:
+            env[r] = _Held(args, False, held[0].root if one_root else r, self._rows_through(op, given))
+
+    def _rows_through(self, op: Any, given: list[_Held | None]) -> tuple[tuple[int, int], ...]:
+        """Where the result of a move or elementwise operation outside holds each argument's rows:
+        every operand that depends on the argument must hold them on an axis that lands on the
+        same axis of the result."""
+        if len(op.results) != 1:
+            return ()
+        rows = []
+        for i in sorted(frozenset().union(*(h.args for h in given if h is not None)) & self.rowed):
+            lands = set()
+            for n, h in enumerate(given):
+                if h is not None and i in h.args:
+                    k = h.axis(i)
+                    lands.add(None if k is None else _axis_through(op, n, k))
+            if len(lands) == 1 and None not in lands:
+                rows.append((i, lands.pop()))
+        return tuple(rows)
 
 
 def outside_per_device(module: Any, nr_devices: int) -> dict[str, Any]:
     """``outside_ops``: operations that compute with the inputs outside the per-device programs;
     ``outside_op``: the first one's name; ``whole_inputs``: the arguments with one row per device
-    (a leading axis of ``nr_devices``) of which a per-device program receives more than one row's
-    entries, as strings.  A
-    module for one device has no per-device programs and nothing is counted.  An analysis that
-    fails gives ``outside_ops = -1`` and the reason in ``outside_op`` (the check fails closed)."""
+    (a leading axis of ``nr_devices``) that reach a per-device program other than one row per
+    device, as strings; ``rows_kept``: row ``d`` of each result was computed from row ``d`` of
+    those arguments alone, on device ``d`` (a parallel map: no collective in between).  A module
+    for one device has no per-device programs: nothing is counted, and no row is kept.  An analysis that fails gives ``outside_ops = -1`` and the reason in ``outside_op``
+    (the check fails closed)."""
     if nr_devices <= 1:
-        return {"outside_ops": 0, "outside_op": "", "whole_inputs": []}
+        return {"outside_ops": 0, "outside_op": "", "whole_inputs": [], "rows_kept": False}
     try:
         found = _Outside(module, nr_devices)
     except Exception as exc:  # decides nothing: check_parallel fails closed
-        return {"outside_ops": -1, "outside_op": f"{type(exc).__name__}: {exc}"[:200], "whole_inputs": []}
-    return {"outside_ops": found.ops, "outside_op": found.first, "whole_inputs": [str(i) for i in sorted(found.whole)]}
+        reason = f"{type(exc).__name__}: {exc}"[:200]
+        return {"outside_ops": -1, "outside_op": reason, "whole_inputs": [], "rows_kept": False}
+    return {
+        "outside_ops": found.ops,
+        "outside_op": found.first,
+        "whole_inputs": [str(i) for i in sorted(found.whole)],
+        "rows_kept": found.kept,
+    }
 
 
 # --------------------------------------------------------------------------- examples one at a time

@@ -877,6 +877,7 @@ ANALYSIS_FIELDS: dict[str, type] = {
     "outside_ops": int,
     "outside_op": str,
     "whole_inputs": list,
+    "rows_kept": bool,
     "analysis_error": str,
 }
 

@@ -64,6 +64,7 @@ class FakeSubmission:
             "outside_ops": 0,
             "outside_op": "",
             "whole_inputs": [],
+            "rows_kept": True,
             **(analysis or {}),
         }
 
@@ -440,7 +441,11 @@ def test_check_parallel_fails_work_outside_the_per_device_programs_and_rows_hand
         judged(outside_ops=-1, outside_op="RuntimeError: x")
     with pytest.raises(CheckFailure) as e:  # a closed-over array, in_axes=None
         judged(whole_inputs=["1"])
-    assert "more than its own row of argument 2 (shape (4, 3))" in e.value.message and "in_axes=None" in e.value.hint
+    assert "its own row of argument 2 (shape (4, 3))" in e.value.message and "in_axes=None" in e.value.hint
+    judged(rows_kept=False)  # with a collective: its rows are combined, as the contract asks
+    with pytest.raises(CheckFailure) as e:  # a parallel map whose devices gathered every row
+        check_parallel(FakeSubmission({"f": _conv}, analysis=dict(PMAP, rows_kept=False)), "f", xs, devices=4)
+    assert "from that row alone" in e.value.message and "needs no collective" in e.value.hint
     sub = FakeSubmission({"f": _conv}, analysis=PMAP)
     del sub.analysis["whole_inputs"]  # an evaluator that did not say: nothing is earned
     with pytest.raises(CheckFailure, match="could not be analysed"):

@@ -240,6 +240,8 @@ MULTI_DEVICE = textwrap.dedent(
     # per-device programs or hand every device more than its row
     psum = lambda v: lax.psum(v, "i")
     pmap_i = lambda f, **kw: jax.pmap(f, axis_name="i", **kw)
+    windows = lambda x: jnp.stack([x[:-2], x[1:-1], x[2:]])  # (N,) -> (3, N-2), moves only
+    sm = lambda f, n=1: jax.shard_map(f, mesh=mesh, in_specs=(P("d"),) * n, out_specs=P("d"))
     work = {
         "honest: mean divided by the size after the pmap": (
             lambda a: pmap_i(lambda r: psum(jnp.sum(r)))(a) / a.size, (xs,)),
@@ -279,6 +281,38 @@ MULTI_DEVICE = textwrap.dedent(
             (xs,)),
         "the rows laundered through an identity pmap, then closed over": (
             lambda a: (lambda y: pmap_i(lambda r: jnp.mean(y) + 0 * psum(r.sum()))(a))(jax.pmap(lambda r: r)(a)), (xs,)),
+        # session 32's red-team pass, against the first version (which counted a program's entries)
+        "honest: a sum and a count from the pmap, divided after it": (
+            lambda a: (lambda s, n: s / n)(*pmap_i(lambda r: (psum(jnp.sum(r)), psum(r.size)))(a)), (xs,)),
+        "honest: windows built before the pmap": (
+            lambda a, b: jax.pmap(lambda win, w: w @ win)(jax.vmap(windows)(a), b), (xs, ws)),
+        "honest: the windows and each window's weights broadcast before the pmap": (
+            lambda a, b: jax.pmap(lambda win, w: jnp.einsum("kn,nk->n", win, w))(
+                jax.vmap(windows)(a), jnp.broadcast_to(b[:, None, :], (4, a.shape[1] - 2, 3))),
+            (xs, ws)),
+        "honest: two shard_maps on xs, combined in a third": (
+            lambda a: sm(lambda s, c: lax.psum(s, "d") / lax.psum(c, "d"), 2)(
+                sm(lambda x: jnp.sum(x, axis=1))(a), sm(lambda x: jnp.sum(jnp.isfinite(x), axis=1).astype(jnp.float32))(a)),
+            (xs,)),
+        "the rows laundered through a pmap that computes, then handed to every device": (
+            lambda a: pmap_i(lambda r, everything: jnp.mean(everything) + 0 * psum(r[0]), in_axes=(0, None))(
+                a, jax.pmap(lambda r: r + 0 * r[::-1])(a)),
+            (xs,)),
+        "a Python loop over the rows, each row copied to every device": (
+            lambda a, b: jnp.stack([
+                jax.pmap(lambda x, w, _: conv(x, w), in_axes=(None, None, 0))(a[d], b[d], jnp.zeros(4))[0]
+                for d in range(4)]),
+            (xs, ws)),
+        "two entries packed into one by a bitcast before the pmap": (
+            lambda a: jax.pmap(lambda r: r)(lax.bitcast_convert_type(a.astype(jnp.float16).reshape(4, 4, 2), jnp.uint32)),
+            (xs,)),
+        "every row gathered on every device, each convolving all of them": (
+            lambda a, b: jax.pmap(
+                lambda x, w: jax.vmap(conv)(lax.all_gather(x, "i"), lax.all_gather(w, "i"))[lax.axis_index("i")],
+                axis_name="i")(a, b),
+            (xs, ws)),
+        "a known false positive: one entry of xs handed to every device (a shifted mean)": (
+            lambda a: pmap_i(lambda r, c: lax.pmean(jnp.mean(r - c), "i") + c, in_axes=(0, None))(a, a[0, 0]), (xs,)),
     }
     for shardy in (True, False):  # the per-device programs as sdy regions, and as GSPMD custom calls
         cases.update({(k if shardy else f"{k} (GSPMD)"): (f, a, shardy) for k, (f, a) in work.items()})
@@ -291,7 +325,7 @@ MULTI_DEVICE = textwrap.dedent(
         blob = np.frombuffer(bytes(exp.serialize()), dtype=np.uint8)
         frag, payload = protocol.pack_values({"module": blob, "args": list(args)})
         head, res = _evaluate({"op": "eval", "id": 1, **frag}, payload)
-        ok = bool(np.allclose(np.asarray(res["result"]), np.asarray(f(*args)), atol=1e-5))
+        ok = bool(np.allclose(np.asarray(res["result"]), np.asarray(jax.jit(f)(*args)), atol=1e-5))
         out[name] = dict(head.analysis, runs=ok, gspmd="sdy.manual_computation" not in exp.mlir_module())
     print(json.dumps(out))
     """
@@ -327,25 +361,34 @@ def test_devices_and_collectives(multi_device, name, nr_devices, per_device, col
     assert (got["nr_devices"], got["per_device"], got["collectives"]) == (nr_devices, per_device, collectives), got
 
 
-#: (outside_ops, outside_op, whole_inputs) of each form of MULTI_DEVICE's ``work``
+#: (outside_ops, outside_op, whole_inputs, rows_kept) of each form of MULTI_DEVICE's ``work``
 WORK = {
-    "honest: mean divided by the size after the pmap": (0, "", []),
-    "honest: all_gather of the row means": (0, "", []),
-    "honest: jnp.where after the pmap": (0, "", []),
-    "honest: astype before the pmap": (0, "", []),
-    "honest: two pmaps, the second on the first's results": (0, "", []),
-    "honest: a scalar handed to every device": (0, "", []),
-    "vmap then an identity pmap": (6, "dot_general", []),
-    "an identity pmap then vmap": (6, "dot_general", []),
-    "the products outside, their sum inside": (3, "multiply", []),
-    "the products inside, their sum outside": (1, "reduce", []),
-    "the mean before the pmap": (1, "reduce", []),
-    "a loop before the pmap": (1, "while", []),
-    "the closed-over mean beside a psum": (0, "", ["0"]),
-    "in_axes=None": (0, "", ["0"]),
-    "every row broadcast to every device, then split": (0, "", ["0"]),
-    "two halves broadcast to every device": (0, "", ["0"]),
-    "the rows laundered through an identity pmap, then closed over": (0, "", ["0"]),
+    "honest: mean divided by the size after the pmap": (0, "", [], False),
+    "honest: all_gather of the row means": (0, "", [], False),
+    "honest: jnp.where after the pmap": (0, "", [], False),
+    "honest: astype before the pmap": (0, "", [], True),
+    "honest: two pmaps, the second on the first's results": (0, "", [], False),
+    "honest: a scalar handed to every device": (0, "", [], False),
+    "vmap then an identity pmap": (6, "dot_general", ["0", "1"], False),
+    "an identity pmap then vmap": (6, "dot_general", [], False),
+    "the products outside, their sum inside": (3, "multiply", [], True),
+    "the products inside, their sum outside": (1, "reduce", [], False),
+    "the mean before the pmap": (1, "reduce", ["0"], False),
+    "a loop before the pmap": (1, "while", ["0"], False),
+    "the closed-over mean beside a psum": (0, "", ["0"], False),
+    "in_axes=None": (0, "", ["0"], False),
+    "every row broadcast to every device, then split": (0, "", ["0"], False),
+    "two halves broadcast to every device": (0, "", ["0"], False),
+    "the rows laundered through an identity pmap, then closed over": (0, "", ["0"], False),
+    "honest: a sum and a count from the pmap, divided after it": (0, "", [], False),
+    "honest: windows built before the pmap": (0, "", [], True),
+    "honest: the windows and each window's weights broadcast before the pmap": (0, "", [], True),
+    "honest: two shard_maps on xs, combined in a third": (0, "", [], False),
+    "the rows laundered through a pmap that computes, then handed to every device": (0, "", ["0"], False),
+    "a Python loop over the rows, each row copied to every device": (0, "", ["0", "1"], False),
+    "two entries packed into one by a bitcast before the pmap": (1, "bitcast_convert", ["0"], False),
+    "every row gathered on every device, each convolving all of them": (0, "", [], False),
+    "a known false positive: one entry of xs handed to every device (a shifted mean)": (0, "", ["0"], False),
 }
 
 
@@ -358,14 +401,14 @@ def test_work_outside_the_per_device_programs_is_counted(multi_device, name, gsp
     got = multi_device[f"{name} (GSPMD)" if gspmd else name]
     assert got["runs"] and got["gspmd"] is gspmd, got
     assert (got["nr_devices"], got["per_device"]) == (4, True), got
-    assert (got["outside_ops"], got["outside_op"], got["whole_inputs"]) == WORK[name], got
+    assert (got["outside_ops"], got["outside_op"], got["whole_inputs"], got["rows_kept"]) == WORK[name], got
 
 
 def test_work_outside_is_not_counted_for_one_device_and_a_failure_is_named():
     from grader.sandboxed import evaluator
 
     one = analyze_module(concrete(lambda x: jnp.sum(x) * 2, (4, 3)))
-    assert (one["outside_ops"], one["outside_op"], one["whole_inputs"]) == (0, "", [])
+    assert (one["outside_ops"], one["outside_op"], one["whole_inputs"], one["rows_kept"]) == (0, "", [], False)
 
     class Broken:
         body = None  # not a module: the analysis raises, and says so instead of a count
@@ -429,6 +472,7 @@ def test_the_trusted_side_type_checks_the_analysis():
         "outside_ops": 0,
         "outside_op": "",
         "whole_inputs": ["1"],
+        "rows_kept": True,
     }
     assert _analysis(good) == good
     forged = dict(good, batch_loops="0", whole_call=1, collectives=[1], extra="x")

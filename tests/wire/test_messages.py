@@ -357,10 +357,17 @@ def test_analysis_is_checked_field_by_field() -> None:
         "outside_ops": 0,
         "outside_op": "",
         "whole_inputs": [],
+        "rows_kept": True,
     }
     reply = m.decode_reply({**m.Evaluated(id=1).encode(), "analysis": {**good, "whole_call": 1}})
     assert "whole_call" not in reply.analysis and "whole_call" in reply.analysis["analysis_error"]
-    for field, bad in (("outside_ops", "0"), ("outside_ops", True), ("outside_op", 1), ("whole_inputs", [0])):
+    for field, bad in (
+        ("outside_ops", "0"),
+        ("outside_ops", True),
+        ("outside_op", 1),
+        ("whole_inputs", [0]),
+        ("rows_kept", 1),
+    ):
         reply = m.decode_reply({**m.Evaluated(id=1).encode(), "analysis": {**good, field: bad}})
         assert field not in reply.analysis and field in reply.analysis["analysis_error"], (field, bad)
     assert m.decode_reply({**m.Evaluated(id=1).encode(), "analysis": good}).analysis == good

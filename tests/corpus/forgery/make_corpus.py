@@ -813,6 +813,26 @@ def parallel_convolve(xs, ws):
     out = jax.vmap(convolve)(xs, ws)  # all the work, on one device
     return jax.pmap(lambda row: row)(out)  # then one "program" per device that does nothing"""
 
+# session 32's red-team pass, against the first version of the defence (c1b9772), which counted
+# the entries a per-device program received instead of asking for its own row
+PM_ROWS_COPIED_TO_EVERY_DEVICE = """\
+def parallel_convolve(xs, ws):
+    # one row at a time, each copied to every device (pmap needs one mapped argument: a dummy)
+    dummy = jnp.zeros(xs.shape[0])
+    everywhere = jax.pmap(lambda x, w, _: convolve(x, w), in_axes=(None, None, 0))
+    return jnp.stack([everywhere(xs[d], ws[d], dummy)[0] for d in range(xs.shape[0])])"""
+
+PM_ROWS_LAUNDERED_THEN_HANDED_WHOLE = """\
+def global_mean(xs):
+    launder = jax.pmap(lambda row: row + 0.0 * row[::-1])  # the same rows, "computed" on each device
+    everything = jax.device_put(launder(xs), jax.devices()[0])  # gathered on one device
+
+    def device(row, all_rows):
+        # every device averages all the rows; the psum only has to be there
+        return jnp.mean(all_rows) + 0.0 * lax.psum(row[0], "i")
+
+    return jax.pmap(device, axis_name="i", in_axes=(0, None))(xs, everything)"""
+
 
 def pmap() -> dict[str, object]:
     build = partial(kit.build, "pmap")
@@ -840,6 +860,14 @@ def pmap() -> dict[str, object]:
         ),
         "forge_mean_before_pmap.ipynb": build(
             "forge_mean_before_pmap", [*head, code(PM_CONVOLVE), code(PM_MEAN_BEFORE_PMAP), code(PM_CHECK)]
+        ),
+        "forge_rows_copied_to_every_device.ipynb": build(
+            "forge_rows_copied_to_every_device",
+            [*head, code(PM_ROWS_COPIED_TO_EVERY_DEVICE), code(PM_MEAN), code(PM_CHECK)],
+        ),
+        "forge_rows_laundered_then_handed_whole.ipynb": build(
+            "forge_rows_laundered_then_handed_whole",
+            [*head, code(PM_CONVOLVE), code(PM_ROWS_LAUNDERED_THEN_HANDED_WHOLE), code(PM_CHECK)],
         ),
     }
 
