@@ -17,8 +17,9 @@ also combine the devices' results with a collective (`lax.psum`, `lax.pmean`, `a
 has no collective and fails. The work must be done in the per-device programs: the module may
 compute nothing with the inputs outside them (moving entries and rescaling the result, such as
 dividing it by the number of devices, are fine), so `jax.vmap(convolve)` followed by an identity
-`pmap` fails; and no device may receive more than its own row of `xs` or `ws`, so the closed-over
-mean fails even beside a `psum` that changes nothing. Following the rule for crashes and wrong numbers (README), the
+`pmap` fails; device d must receive row d of `xs` and `ws` and no other, so the closed-over mean
+fails even beside a `psum` that changes nothing; and parallel_convolve's row d must be computed
+from row d alone (no rows exchanged with `all_gather`). Following the rule for crashes and wrong numbers (README), the
 module is also run in the evaluator (with the arguments replicated on a 4-device mesh) and must
 give the reference's numbers: a wrong or crashing function earns no parallelism point.
 
