@@ -573,7 +573,7 @@ class _Outside:
         if manual:  # inside a per-device program: nothing is counted
             own = (
                 ()
-                if name in _COLLECTIVE_OPS
+                if self._exchanges(op)
                 else tuple(
                     (i, 0) for i in sorted(args & self.rowed) if all(h.axis(i) is not None for h in held if i in h.args)
                 )
@@ -589,6 +589,25 @@ class _Outside:
             self._count(op)
         for r in op.results:
             env[r] = _Held(args, False, held[0].root if one_root else r, self._rows_through(op, given))
+
+    def _exchanges(self, op: Any, seen: set[str] | None = None) -> bool:
+        """Whether ``op`` (inside a per-device program) may bring other devices' rows: a collective,
+        anywhere in its regions or in a function it calls (a loop's body, a branch, a jitted helper,
+        a composite's decomposition), or a custom call (native code: not followed)."""
+        seen = set() if seen is None else seen
+        for x in [op, *_walk(op)]:
+            if x.name in _COLLECTIVE_OPS:
+                return True
+            if x.name == "stablehlo.custom_call" and _sym(x, "call_target_name") not in _BOOKKEEPING_CALLS:
+                return True
+            callee = {"func.call": "callee", "stablehlo.composite": "decomposition"}.get(x.name)
+            name = _sym(x, callee) if callee else ""
+            if name and name not in seen:
+                seen.add(name)
+                f = self.funcs.get(name)
+                if f is None or self._exchanges(f, seen):
+                    return True
+        return False
 
     def _rows_through(self, op: Any, given: list[_Held | None]) -> tuple[tuple[int, int], ...]:
         """Where the result of a move or elementwise operation outside holds each argument's rows:

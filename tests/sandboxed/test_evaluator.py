@@ -241,6 +241,10 @@ MULTI_DEVICE = textwrap.dedent(
     psum = lambda v: lax.psum(v, "i")
     pmap_i = lambda f, **kw: jax.pmap(f, axis_name="i", **kw)
     windows = lambda x: jnp.stack([x[:-2], x[1:-1], x[2:]])  # (N,) -> (3, N-2), moves only
+
+    def everything(x, w, wrap=lambda g: g):  # every row convolved on this device, this device's kept
+        gathered = wrap(lambda x, w: (lax.all_gather(x, "i"), lax.all_gather(w, "i")))(x, w)
+        return jax.vmap(conv)(*gathered)[lax.axis_index("i")]
     sm = lambda f, n=1: jax.shard_map(f, mesh=mesh, in_specs=(P("d"),) * n, out_specs=P("d"))
     work = {
         "honest: mean divided by the size after the pmap": (
@@ -310,6 +314,22 @@ MULTI_DEVICE = textwrap.dedent(
             lambda a, b: jax.pmap(
                 lambda x, w: jax.vmap(conv)(lax.all_gather(x, "i"), lax.all_gather(w, "i"))[lax.axis_index("i")],
                 axis_name="i")(a, b),
+            (xs, ws)),
+        # the second red-team pass: a collective hidden in a loop, a branch, a helper or a composite
+        "every row gathered on every device in a fori_loop": (
+            lambda a, b: jax.pmap(lambda x, w: lax.fori_loop(0, 1, lambda _, c: everything(x, w), jnp.zeros(6)),
+                                  axis_name="i")(a, b),
+            (xs, ws)),
+        "every row gathered on every device in a lax.cond": (
+            lambda a, b: jax.pmap(lambda x, w: lax.cond(lax.axis_index("i") >= 0, everything, lambda x, w: x[:6], x, w),
+                                  axis_name="i")(a, b),
+            (xs, ws)),
+        "every row gathered by a jitted helper, in a fori_loop": (
+            lambda a, b: jax.pmap(lambda x, w: lax.fori_loop(0, 1, lambda _, c: everything(x, w, jax.jit), jnp.zeros(6)),
+                                  axis_name="i")(a, b),
+            (xs, ws)),
+        "every row gathered in a lax.composite": (
+            lambda a, b: jax.pmap(lambda x, w: lax.composite(everything, name="my.everything")(x, w), axis_name="i")(a, b),
             (xs, ws)),
         "a known false positive: one entry of xs handed to every device (a shifted mean)": (
             lambda a: pmap_i(lambda r, c: lax.pmean(jnp.mean(r - c), "i") + c, in_axes=(0, None))(a, a[0, 0]), (xs,)),
@@ -388,6 +408,10 @@ WORK = {
     "a Python loop over the rows, each row copied to every device": (0, "", ["0", "1"], False),
     "two entries packed into one by a bitcast before the pmap": (1, "bitcast_convert", ["0"], False),
     "every row gathered on every device, each convolving all of them": (0, "", [], False),
+    "every row gathered on every device in a fori_loop": (0, "", [], False),
+    "every row gathered on every device in a lax.cond": (0, "", [], False),
+    "every row gathered by a jitted helper, in a fori_loop": (0, "", [], False),
+    "every row gathered in a lax.composite": (0, "", [], False),
     "a known false positive: one entry of xs handed to every device (a shifted mean)": (0, "", ["0"], False),
 }
 
