@@ -837,38 +837,23 @@ def global_mean(xs):
 def pmap() -> dict[str, object]:
     build = partial(kit.build, "pmap")
     head = [md("# Homework 9: `jax.pmap`"), code(PM_SETUP), code(PM_GIVEN)]
+
+    def both(name: str, convolve: str, mean: str) -> dict[str, object]:
+        """A notebook that defines parallel_convolve, then global_mean."""
+        return {f"{name}.ipynb": build(name, [*head, code(convolve), code(mean), code(PM_CHECK)])}
+
     return {
         "forge_devices_patched.ipynb": build(
             "forge_devices_patched", [*head, code(PM_LOOPS_DEVICES_PATCHED), code(PM_CHECK)]
         ),
-        "forge_vmap_device_put.ipynb": build(
-            "forge_vmap_device_put", [*head, code(PM_VMAP_DEVICE_PUT), code(PM_MEAN), code(PM_CHECK)]
-        ),
-        "forge_mean_closed_over.ipynb": build(
-            "forge_mean_closed_over", [*head, code(PM_CONVOLVE), code(PM_MEAN_CLOSED_OVER), code(PM_CHECK)]
-        ),
-        "forge_vmap_then_identity_pmap.ipynb": build(
-            "forge_vmap_then_identity_pmap", [*head, code(PM_VMAP_THEN_IDENTITY_PMAP), code(PM_MEAN), code(PM_CHECK)]
-        ),
-        "forge_vmap_then_identity_pmap_gspmd.ipynb": build(
-            "forge_vmap_then_identity_pmap_gspmd",
-            [*head, code(PM_VMAP_THEN_IDENTITY_PMAP_GSPMD), code(PM_MEAN), code(PM_CHECK)],
-        ),
-        "forge_psum_beside_closed_over_mean.ipynb": build(
-            "forge_psum_beside_closed_over_mean",
-            [*head, code(PM_CONVOLVE), code(PM_PSUM_BESIDE_CLOSED_OVER_MEAN), code(PM_CHECK)],
-        ),
-        "forge_mean_before_pmap.ipynb": build(
-            "forge_mean_before_pmap", [*head, code(PM_CONVOLVE), code(PM_MEAN_BEFORE_PMAP), code(PM_CHECK)]
-        ),
-        "forge_rows_copied_to_every_device.ipynb": build(
-            "forge_rows_copied_to_every_device",
-            [*head, code(PM_ROWS_COPIED_TO_EVERY_DEVICE), code(PM_MEAN), code(PM_CHECK)],
-        ),
-        "forge_rows_laundered_then_handed_whole.ipynb": build(
-            "forge_rows_laundered_then_handed_whole",
-            [*head, code(PM_CONVOLVE), code(PM_ROWS_LAUNDERED_THEN_HANDED_WHOLE), code(PM_CHECK)],
-        ),
+        **both("forge_vmap_device_put", PM_VMAP_DEVICE_PUT, PM_MEAN),
+        **both("forge_mean_closed_over", PM_CONVOLVE, PM_MEAN_CLOSED_OVER),
+        **both("forge_vmap_then_identity_pmap", PM_VMAP_THEN_IDENTITY_PMAP, PM_MEAN),
+        **both("forge_vmap_then_identity_pmap_gspmd", PM_VMAP_THEN_IDENTITY_PMAP_GSPMD, PM_MEAN),
+        **both("forge_psum_beside_closed_over_mean", PM_CONVOLVE, PM_PSUM_BESIDE_CLOSED_OVER_MEAN),
+        **both("forge_mean_before_pmap", PM_CONVOLVE, PM_MEAN_BEFORE_PMAP),
+        **both("forge_rows_copied_to_every_device", PM_ROWS_COPIED_TO_EVERY_DEVICE, PM_MEAN),
+        **both("forge_rows_laundered_then_handed_whole", PM_CONVOLVE, PM_ROWS_LAUNDERED_THEN_HANDED_WHOLE),
     }
 
 
