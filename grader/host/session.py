@@ -729,7 +729,10 @@ class Session:
         ``batch_loops`` (int: ``while`` loops, and those whose trip count is not a compile-time
         constant), ``whole_call`` (bool: the function exported was itself jitted),
         ``collectives`` (list of str: ``all_reduce``...), ``per_device`` (bool: split into
-        per-device programs, as ``pmap``/``shard_map`` lower), and ``analysis_error`` (str)
+        per-device programs, as ``pmap``/``shard_map`` lower), ``vmapped`` (bool), where a
+        module for several devices does its work (``outside_ops``: int, ``outside_op``: str,
+        ``whole_inputs``: list of str, ``rows_kept``: bool; see
+        :func:`grader.sandboxed.evaluator.outside_per_device`), and ``analysis_error`` (str)
         when the module could not be analysed."""
         return self._evaluator_request(messages.Analyze(self._new_id()), name, module, (), timeout)[1]["analysis"]
 

@@ -293,7 +293,9 @@ def analyze_module(exp: Any) -> dict[str, Any]:
     - ``per_device``: the computation is split into per-device programs (``sdy.manual_computation``,
       or the GSPMD ``SPMDFullToShardShape`` custom call: ``pmap``/``shard_map``);
     - ``vmapped``: some operation was traced under ``jax.vmap`` (JAX's name stack, kept in the
-      module's locations, says ``vmap(...)``)."""
+      module's locations, says ``vmap(...)``);
+    - ``outside_ops``, ``outside_op``, ``whole_inputs``, ``rows_kept``: where a module for several
+      devices does its work (:func:`outside_per_device`)."""
     from jax._src.interpreters import mlir
     from jax._src.lib.mlir import ir
 
