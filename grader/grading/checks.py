@@ -869,8 +869,9 @@ def check_parallel(
         )
     if not collective and not _module_fact(name, analysis, "rows_kept"):
         raise CheckFailure(
-            f"`{name}` does not compute each row of its result on that row's device from that row alone: "
-            "the devices exchange their rows (a collective such as `all_gather`) and each computes from all of them",
+            f"`{name}` does not compute each row of its result on that row's device from that row alone "
+            "(for example, the devices exchange their rows with a collective such as `all_gather` and each "
+            "computes from all of them)",
             "A parallel map needs no collective: `jax.pmap(convolve)(xs, ws)` hands device d row d of each "
             "argument, and it computes row d of the result.",
         )
@@ -878,6 +879,8 @@ def check_parallel(
 
 def _argument(args: tuple[Any, ...], index: str) -> str:
     """How a message names the module's input ``index`` (a flattened argument)."""
+    if not index.isdigit():
+        return f"input {index[:20]!r}"
     i = int(index)
     if i < len(args) and all(np.ndim(a) >= 1 or np.isscalar(a) for a in args):
         return f"argument {i + 1} (shape {tuple(np.shape(args[i]))})"

@@ -442,6 +442,8 @@ def test_check_parallel_fails_work_outside_the_per_device_programs_and_rows_hand
     with pytest.raises(CheckFailure) as e:  # a closed-over array, in_axes=None
         judged(whole_inputs=["1"])
     assert "its own row of argument 2 (shape (4, 3))" in e.value.message and "in_axes=None" in e.value.hint
+    with pytest.raises(CheckFailure, match=r"its own row of input 'x'"):  # an evaluator's odd index is named, not fatal
+        judged(whole_inputs=["x"])
     judged(rows_kept=False)  # with a collective: its rows are combined, as the contract asks
     with pytest.raises(CheckFailure) as e:  # a parallel map whose devices gathered every row
         check_parallel(FakeSubmission({"f": _conv}, analysis=dict(PMAP, rows_kept=False)), "f", xs, devices=4)
