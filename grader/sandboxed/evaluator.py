@@ -139,6 +139,24 @@ def _sym(op: Any, attr: str) -> str:
             return str(a).strip('"@')
 
 
+def _functions(module: Any) -> dict[str, Any]:
+    """The module's functions by name (``func.func`` ops at its top level)."""
+    out = {}
+    for op in module.body.operations:
+        op = op.operation
+        if op.name == "func.func":
+            out[_sym(op, "sym_name")] = op
+    return out
+
+
+def _public(funcs: dict[str, Any]) -> Any:
+    """The module's public function (the exported one)."""
+    main = next((f for f in funcs.values() if _sym(f, "sym_visibility") != "private"), None)
+    if main is None or not len(main.regions[0].blocks):
+        raise ValueError("the module has no public function")
+    return main
+
+
 def _walk(op: Any) -> list[Any]:
     """Every operation nested in ``op`` (not ``op`` itself), in textual order."""
     out: list[Any] = []
@@ -167,11 +185,7 @@ class _Taint:
     (a loop counter).  A forward fixpoint over the whole module, across private functions."""
 
     def __init__(self, module: Any) -> None:
-        self.funcs: dict[str, Any] = {}
-        for op in module.body.operations:
-            op = op.operation
-            if op.name == "func.func":
-                self.funcs[_sym(op, "sym_name")] = op
+        self.funcs = _functions(module)
         self.tainted: set[Any] = set()
         self.ops = [op for f in self.funcs.values() for op in _walk(f)]
         for f in self.funcs.values():
@@ -370,8 +384,7 @@ _VMAP_IN_NAME_STACK = re.compile(r'loc\("[^"]*\bvmap\(')
 
 #: Operations that move, copy or annotate entries and compute nothing.
 _MOVES = frozenset(
-    "stablehlo." + n
-    for n in "reshape transpose broadcast_in_dim slice concatenate pad reverse copy iota constant".split()
+    "stablehlo." + n for n in "reshape transpose broadcast_in_dim slice concatenate pad reverse copy".split()
 ) | {"sdy.sharding_constraint", "sdy.reshard", "func.return"}
 #: Moves whose first operands are the entries and the rest say which: they compute with the
 #: inputs when those say which (a data-dependent index).
@@ -388,8 +401,6 @@ _ELEMENTWISE = frozenset(
         "shift_right_arithmetic shift_right_logical sign sine sqrt subtract tan tanh xor"
     ).split()
 )
-#: Collectives: a device's value after one depends on the other devices' rows.
-_COLLECTIVE_OPS = frozenset(COLLECTIVES)
 _MAX_VISITS = 200_000  # operations visited, calls inlined: past this the analysis gives up (fails closed)
 
 
@@ -418,10 +429,13 @@ def _axis_through(op: Any, n: int, k: int) -> int | None:
     src, dst = _dims(op.operands[n]), _dims(op.results[0])
     if src is None or dst is None or k >= len(src):
         return None
-    if name in ("stablehlo.custom_call", "sdy.sharding_constraint", "sdy.reshard", "stablehlo.copy"):
-        return k if src == dst else None
-    if name in _ELEMENTWISE:
-        return k if src == dst else None
+    if name in _ELEMENTWISE or name in (
+        "stablehlo.custom_call",
+        "sdy.sharding_constraint",
+        "sdy.reshard",
+        "stablehlo.copy",
+    ):
+        return k if src == dst else None  # an annotation, or entry for entry
     if name == "stablehlo.reshape":  # the same span of the flattened entries, by the sizes before it
         before = math.prod(src[:k])
         for j in range(len(dst)):
@@ -464,18 +478,13 @@ class _Outside:
     callees, and per-device programs into their regions (where nothing is counted)."""
 
     def __init__(self, module: Any, devices: int) -> None:
-        self.funcs: dict[str, Any] = {}
-        for op in module.body.operations:
-            op = op.operation
-            if op.name == "func.func":
-                self.funcs[_sym(op, "sym_name")] = op
+        self.funcs = _functions(module)
         self.devices = devices
         self.ops = 0
         self.first = ""
         self.whole: set[int] = set()
         self.visits = 0
-        main = next(f for f in self.funcs.values() if _sym(f, "sym_visibility") != "private")
-        block = main.regions[0].blocks[0]
+        block = _public(self.funcs).regions[0].blocks[0]
         #: the arguments with one row per device
         self.rowed = frozenset(i for i, a in enumerate(block.arguments) if (_dims(a) or (0,))[0] == devices)
         start = {
@@ -598,7 +607,7 @@ class _Outside:
         a composite's decomposition), or a custom call (native code: not followed)."""
         seen = set() if seen is None else seen
         for x in [op, *_walk(op)]:
-            if x.name in _COLLECTIVE_OPS:
+            if x.name in COLLECTIVES:  # a device's value after one depends on other devices' rows
                 return True
             if x.name == "stablehlo.custom_call" and _sym(x, "call_target_name") not in _BOOKKEEPING_CALLS:
                 return True
@@ -760,20 +769,12 @@ class _Examples:
     ``count``, the operations that take examples out of such an axis, each as often as it runs."""
 
     def __init__(self, module: Any, batch_axes: list[list[int]]) -> None:
-        from jax._src.lib.mlir import ir
 
         self.axes: dict[Any, frozenset[int]] = {}
         self.tuples: dict[Any, list[frozenset[int]]] = {}  # what each element of a tuple holds
         self.count = 0
-        self.funcs: dict[str, Any] = {}
-        for op in module.body.operations:
-            op = op.operation
-            if op.name == "func.func":
-                self.funcs[ir.StringAttr(op.attributes["sym_name"]).value] = op
-        main = next((f for f in self.funcs.values() if _sym(f, "sym_visibility") != "private"), None)
-        if main is None:
-            raise ValueError("the module has no public function")
-        block = main.regions[0].blocks[0]
+        self.funcs = _functions(module)
+        block = _public(self.funcs).regions[0].blocks[0]
         if len(block.arguments) != len(batch_axes):
             raise ValueError(f"the module takes {len(block.arguments)} arrays, not {len(batch_axes)}")
         for arg, axes in zip(block.arguments, batch_axes):
