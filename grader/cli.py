@@ -1228,7 +1228,9 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
     except (CliError, ConfigError) as exc:
         return _fail(exc, err)
     except SandboxSetupError as exc:
-        return _fail(CliError(str(exc), "See the README's section on installing jaxgrade for grading."), err)
+        return _fail(
+            CliError(str(exc), 'See the README\'s section "The sandbox" for what a sandbox needs on this machine.'), err
+        )
     except BrokenPipeError:  # `jaxgrade list | head -1`: the reader has what it wanted
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit

@@ -429,6 +429,50 @@ def test_a_worker_without_bubblewrap_refuses(cluster: distributed.LocalCluster, 
     assert "TIP: Install bubblewrap on the workers" in err and "or pass --isolation process" in err, err
 
 
+def _unpack_inside_the_user_site(home: str | None, tmp: str | None) -> None:
+    """On a worker: HOME for the grading children it starts (their user site-packages, which every
+    sandbox mounts) and the folder it unpacks courses into, both put back with ``None``."""
+    import tempfile
+
+    if home is None:
+        os.environ.pop("HOME", None)
+    else:
+        os.environ["HOME"] = home
+    tempfile.tempdir = tmp
+
+
+def test_a_worker_that_cannot_sandbox_anyone_stops_the_batch_with_what_to_do(
+    cluster: distributed.LocalCluster, tmp_path: Path
+) -> None:
+    """A sandbox that a worker cannot build is that machine's problem, not a submission's: as on
+    a local pool (tests/batch/test_pool.py), the batch stops with the reason, the worker named,
+    and what to do (exit 2), and keeps nothing. Here the worker unpacks the course inside its
+    grading children's user site-packages, which every sandbox mounts, so reference/ would be
+    exposed: the child's SandboxSetupError comes back as the task's reply and is raised again
+    in the task (grader.batch.cluster.grade_task), then in the coordinator."""
+    course = make_minicourse(tmp_path / "course")
+    hidden = course / "reference" / "double" / "tests" / "test_hidden.py"
+    hidden.write_text(hidden.read_text() + "\n# a course version of its own: the workers unpack it afresh\n")
+    home = tmp_path / "home"
+    user_site = home / ".local" / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    user_site.mkdir(parents=True)
+    folder = make_class(tmp_path / "class", {name: notebook("full", name) for name in ("a", "b", "c")})
+    with distributed.Client(cluster, set_as_default=False) as client:
+        saved = client.run(lambda: (os.environ.get("HOME"), tempfile.tempdir))
+        client.run(_unpack_inside_the_user_site, str(home), str(user_site))
+        try:
+            code, err = grade(course, tmp_path / "out", folder, "--scheduler", cluster.scheduler_address)
+        finally:
+            for address, (old_home, old_tmp) in saved.items():
+                client.run(_unpack_inside_the_user_site, old_home, old_tmp, workers=[address])
+    assert code == 2, err
+    assert "on worker tcp://127.0.0.1:" in err and "the sandbox would expose" in err, err
+    assert 'See the README\'s section "The sandbox"' in err, err
+    assert "bug in jaxgrade" not in err and "grader_error" not in err, err
+    with Gradebook(tmp_path / "out" / "gradebook.db") as gb:
+        assert gb.records("double") == []
+
+
 def _set_worker_env(name: str, value: str | None) -> None:
     if value is None:
         os.environ.pop(name, None)
