@@ -118,8 +118,10 @@ COLLECTIVES = {
     "stablehlo.all_to_all": "all_to_all",
     "stablehlo.collective_broadcast": "collective_broadcast",
 }
+#: Custom calls that annotate a value (a sharding, a shape's check) and compute nothing.
+_ANNOTATIONS = frozenset({"shape_assertion", "Sharding"})
 #: Custom calls that are bookkeeping, not computation (their results are not data).
-_BOOKKEEPING_CALLS = {"shape_assertion", "Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape"}
+_BOOKKEEPING_CALLS = _ANNOTATIONS | {"SPMDFullToShardShape", "SPMDShardToFullShape"}
 _WRAPPER = "_wrapped_jax_export_main"  # jax.export's wrapper for symbolic shapes
 
 
@@ -568,8 +570,8 @@ class _Outside:
                 if left is not None:
                     env[r] = left
             return
-        if name == "stablehlo.custom_call":
-            target = _sym(op, "call_target_name")
+        target = _sym(op, "call_target_name") if name == "stablehlo.custom_call" else ""
+        if target:
             if target == "SPMDFullToShardShape" and len(op.operands) == len(op.results) == 1:
                 # GSPMD: a device's own part from here on
                 entered = self._enter(given[0], op.operands[0], op.results[0])
@@ -593,8 +595,11 @@ class _Outside:
                 env[r] = _Held(args, True, r, own)
             return
         repacked = name == "stablehlo.bitcast_convert" and _dims(op.operands[0]) != _dims(op.results[0])
-        annotation = name == "stablehlo.custom_call" and _sym(op, "call_target_name") in ("Sharding", "shape_assertion")
-        moves = annotation or name in _MOVES or (name in _INDEXED and all(h is None for h in given[_INDEXED[name] :]))
+        moves = (
+            target in _ANNOTATIONS
+            or name in _MOVES
+            or (name in _INDEXED and all(h is None for h in given[_INDEXED[name] :]))
+        )
         one_root = name in _ELEMENTWISE and not repacked and len({h.root for h in held}) == 1
         if not (moves or one_root):
             self._count(op)
@@ -644,8 +649,9 @@ def outside_per_device(module: Any, nr_devices: int) -> dict[str, Any]:
     (a leading axis of ``nr_devices``) that reach a per-device program other than one row per
     device, as strings; ``rows_kept``: row ``d`` of each result was computed from row ``d`` of
     those arguments alone, on device ``d`` (a parallel map: no collective in between).  A module
-    for one device has no per-device programs: nothing is counted, and no row is kept.  An analysis that fails gives ``outside_ops = -1`` and the reason in ``outside_op``
-    (the check fails closed)."""
+    for one device has no per-device programs: nothing is counted, and no row is kept.  An
+    analysis that fails gives ``outside_ops = -1`` and the reason in ``outside_op`` (the check
+    fails closed)."""
     if nr_devices <= 1:
         return {"outside_ops": 0, "outside_op": "", "whole_inputs": [], "rows_kept": False}
     try:
@@ -769,7 +775,6 @@ class _Examples:
     ``count``, the operations that take examples out of such an axis, each as often as it runs."""
 
     def __init__(self, module: Any, batch_axes: list[list[int]]) -> None:
-
         self.axes: dict[Any, frozenset[int]] = {}
         self.tuples: dict[Any, list[frozenset[int]]] = {}  # what each element of a tuple holds
         self.count = 0
@@ -857,10 +862,10 @@ class _Examples:
     def _propagate(self, op: Any, name: str, given: list[frozenset[int]]) -> bool:
         """Mark the axes of ``op``'s results that may hold two examples or more, from those of its
         operands; True when it takes examples out of such an axis (a reduction or contraction
-        over it, a slice that cuts it short, a gather of fewer indices than its rows).  Where examples may move to
-        another axis (a contraction over the batch moves them along the other side's free axes:
-        ``P @ xs`` with a permutation ``P``), that axis is marked too; an operation not known here
-        that changes the rank marks every axis and counts."""
+        over it, a slice that cuts it short, a gather of fewer indices than its rows).  Where
+        examples may move to another axis (a contraction over the batch moves them along the
+        other side's free axes: ``P @ xs`` with a permutation ``P``), that axis is marked too; an
+        operation not known here that changes the rank marks every axis and counts."""
         from jax._src.lib.mlir.dialects import hlo
 
         operands, results = list(op.operands), list(op.results)

@@ -431,13 +431,10 @@ def test_a_worker_without_bubblewrap_refuses(cluster: distributed.LocalCluster, 
 
 def _unpack_inside_the_user_site(home: str | None, tmp: str | None) -> None:
     """On a worker: HOME for the grading children it starts (their user site-packages, which every
-    sandbox mounts) and the folder it unpacks courses into, both put back with ``None``."""
+    sandbox mounts) and the folder it unpacks courses into (``None``: unset, the default)."""
     import tempfile
 
-    if home is None:
-        os.environ.pop("HOME", None)
-    else:
-        os.environ["HOME"] = home
+    _set_worker_env("HOME", home)
     tempfile.tempdir = tmp
 
 
@@ -453,13 +450,15 @@ def test_a_worker_that_cannot_sandbox_anyone_stops_the_batch_with_what_to_do(
     course = make_minicourse(tmp_path / "course")
     hidden = course / "reference" / "double" / "tests" / "test_hidden.py"
     hidden.write_text(hidden.read_text() + "\n# a course version of its own: the workers unpack it afresh\n")
+    from tests.batch.test_pool import user_site
+
     home = tmp_path / "home"
-    user_site = home / ".local" / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
-    user_site.mkdir(parents=True)
+    site_packages = user_site(home)
+    site_packages.mkdir(parents=True)
     folder = make_class(tmp_path / "class", {name: notebook("full", name) for name in ("a", "b", "c")})
     with distributed.Client(cluster, set_as_default=False) as client:
         saved = client.run(lambda: (os.environ.get("HOME"), tempfile.tempdir))
-        client.run(_unpack_inside_the_user_site, str(home), str(user_site))
+        client.run(_unpack_inside_the_user_site, str(home), str(site_packages))
         try:
             code, err = grade(course, tmp_path / "out", folder, "--scheduler", cluster.scheduler_address)
         finally:

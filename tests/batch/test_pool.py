@@ -450,6 +450,12 @@ def test_a_grader_bug_in_one_submission_is_reported_and_the_batch_goes_on(
     assert gradebook_students(tmp_path / "out") == ["full"]  # not kept: the next run grades it
 
 
+def user_site(home: Path) -> Path:
+    """The user site-packages of this Python for ``HOME=home`` (``site.getusersitepackages()``,
+    which every sandbox mounts, as part of the Python installation)."""
+    return home / ".local" / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+
+
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_a_machine_that_cannot_sandbox_anyone_stops_the_batch_with_what_to_do(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, jobs: str
@@ -460,10 +466,9 @@ def test_a_machine_that_cannot_sandbox_anyone_stops_the_batch_with_what_to_do(
     mounts, so its reference/ would be exposed. Session 30's first pool at one job (and every
     pool before it) made each submission a "bug in jaxgrade" instead, the class graded through."""
     home = tmp_path / "home"
-    user_site = home / ".local" / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
     monkeypatch.setenv("HOME", str(home))  # the spawned workers' site.getusersitepackages()
     monkeypatch.delenv("PYTHONUSERBASE", raising=False)
-    course = make_minicourse(user_site / "course")
+    course = make_minicourse(user_site(home) / "course")
     folder = tmp_path / "class"
     folder.mkdir()
     for name in ("a", "b", "c"):
