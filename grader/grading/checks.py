@@ -878,10 +878,33 @@ def check_parallel(
 
 
 def _argument(args: tuple[Any, ...], index: str) -> str:
-    """How a message names the module's input ``index`` (a flattened argument)."""
+    """How a message names the module's input ``index``: the index of a leaf of the flattened
+    arguments (a list or dict argument is several inputs, flattened as JAX does it)."""
     if not index.isdigit():
         return f"input {index[:20]!r}"
-    i = int(index)
-    if i < len(args) and all(np.ndim(a) >= 1 or np.isscalar(a) for a in args):
-        return f"argument {i + 1} (shape {tuple(np.shape(args[i]))})"
+    i, seen = int(index), 0
+    for k, arg in enumerate(args):
+        leaves = _leaves(arg)
+        if i < seen + len(leaves):
+            leaf = leaves[i - seen]
+            where = "" if len(leaves) == 1 and leaf is arg else f", its input {i - seen + 1}"
+            return f"argument {k + 1} ({_shape_of(leaf)}{where})"
+        seen += len(leaves)
     return f"input {i + 1}"
+
+
+def _leaves(tree: Any) -> list[Any]:
+    """The leaves of a test's argument in JAX's order: lists and tuples in order, dicts by sorted
+    key, ``None`` none (the hidden tests' arguments are these, arrays and scalars)."""
+    if tree is None:
+        return []
+    if isinstance(tree, (list, tuple)):
+        return [leaf for item in tree for leaf in _leaves(item)]
+    if isinstance(tree, dict):
+        return [leaf for key in sorted(tree) for leaf in _leaves(tree[key])]
+    return [tree]
+
+
+def _shape_of(leaf: Any) -> str:
+    shape = getattr(leaf, "shape", None)
+    return f"shape {shape}" if isinstance(shape, tuple) and shape else "a scalar"

@@ -10,6 +10,7 @@ import pytest
 from grader.grading.checks import (
     PER_EXAMPLE_MAX,
     CheckFailure,
+    _argument,
     assert_close,
     check_is_jitted,
     check_jit,
@@ -444,6 +445,8 @@ def test_check_parallel_fails_work_outside_the_per_device_programs_and_rows_hand
     assert "its own row of argument 2 (shape (4, 3))" in e.value.message and "in_axes=None" in e.value.hint
     with pytest.raises(CheckFailure, match=r"its own row of input 'x'"):  # an evaluator's odd index is named, not fatal
         judged(whole_inputs=["x"])
+    with pytest.raises(CheckFailure, match=r"its own row of input 9:"):  # past the arguments' inputs
+        judged(whole_inputs=["8"])
     judged(rows_kept=False)  # with a collective: its rows are combined, as the contract asks
     with pytest.raises(CheckFailure) as e:  # a parallel map whose devices gathered every row
         check_parallel(FakeSubmission({"f": _conv}, analysis=dict(PMAP, rows_kept=False)), "f", xs, devices=4)
@@ -452,6 +455,21 @@ def test_check_parallel_fails_work_outside_the_per_device_programs_and_rows_hand
     del sub.analysis["whole_inputs"]  # an evaluator that did not say: nothing is earned
     with pytest.raises(CheckFailure, match="could not be analysed"):
         check_parallel(sub, "f", xs, devices=4, reference=_conv)
+
+
+def test_inputs_are_named_by_the_argument_that_holds_them() -> None:
+    """The evaluator names a module input by its index among the flattened arguments; a list or
+    dict argument holds several (JAX's order: dicts by sorted key, ``None`` holds none)."""
+    xs, w = np.ones((4, 5), np.float32), np.ones((4, 3), np.float32)
+    assert _argument((xs, w), "1") == "argument 2 (shape (4, 3))"
+    assert _argument((xs, 2.0), "1") == _argument((xs, np.float32(2)), "1") == "argument 2 (a scalar)"
+    params = {"w": w, "b": np.ones(4, np.float32)}  # leaves b, then w
+    assert _argument((params, xs), "0") == "argument 1 (shape (4,), its input 1)"
+    assert _argument((params, xs), "1") == "argument 1 (shape (4, 3), its input 2)"
+    assert _argument((params, xs), "2") == "argument 2 (shape (4, 5))"
+    assert _argument(([xs, None, (w, 3)], xs), "2") == "argument 1 (a scalar, its input 3)"
+    assert _argument(([xs, None, (w, 3)], xs), "3") == "argument 2 (shape (4, 5))"
+    assert _argument((xs,), "5") == "input 6"
 
 
 def test_check_no_vmap_from_the_module_and_the_notebook_source() -> None:
