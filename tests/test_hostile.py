@@ -163,6 +163,8 @@ def test_verdict(batch: dict, name: str) -> None:
         allowed = statuses if isinstance(statuses, list) else [statuses]
         assert index in cells and cells[index]["status"] in allowed, shown
         assert cells[index].get("message") or cells[index].get("ename"), f"{name}: cell {index} says nothing"
+        if cells[index]["status"] == "error" and "cell_error" in expected:  # the error the attack is about
+            assert expected["cell_error"] in cells[index].get("evalue", ""), shown
     if "message" in expected:
         failing = [t for t in rec["tests"] if t["status"] != "passed"]
         assert failing and expected["message"] in failing[0]["message"], json.dumps(failing[:1], indent=1)
