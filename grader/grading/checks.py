@@ -884,7 +884,10 @@ def _argument(args: tuple[Any, ...], index: str) -> str:
         return f"input {index[:20]!r}"
     i, seen = int(index), 0
     for k, arg in enumerate(args):
-        leaves = _leaves(arg)
+        try:
+            leaves = _leaves(arg)
+        except TypeError:  # dict keys that do not sort: JAX would not take them either
+            break
         if i < seen + len(leaves):
             leaf = leaves[i - seen]
             where = "" if len(leaves) == 1 and leaf is arg else f", its input {i - seen + 1}"

@@ -470,6 +470,7 @@ def test_inputs_are_named_by_the_argument_that_holds_them() -> None:
     assert _argument(([xs, None, (w, 3)], xs), "2") == "argument 1 (a scalar, its input 3)"
     assert _argument(([xs, None, (w, 3)], xs), "3") == "argument 2 (shape (4, 5))"
     assert _argument((xs,), "5") == "input 6"
+    assert _argument(({1: xs, "a": w}, xs), "1") == "input 2"  # keys that do not sort
 
 
 def test_check_no_vmap_from_the_module_and_the_notebook_source() -> None:
