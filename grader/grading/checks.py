@@ -507,7 +507,10 @@ def check_pure(
     args = tuple(args)
     written = submission.writes_into_arguments(name)
     if written:
-        raise CheckFailure(f"`{name}` writes into its input argument: `{written[:120]}`", _PURE_INPUTS_HINT)
+        raise CheckFailure(
+            f"`{name}` writes into its input argument: `{written[:120]}`",
+            _PURE_INPUTS_HINT + _redefined(submission, name),
+        )
     try:
         res = submission.call(name, *args, repeat=2, readonly=readonly)
     except StudentRaised as exc:
@@ -561,6 +564,19 @@ _PURE_INPUTS_HINT = (
 )
 
 
+def _redefined(submission: Any, name: str) -> str:
+    """For the hint of a failure read from the notebook's source: a word that every top-level
+    definition of ``name`` counts, where there are several (an earlier attempt left in a cell).
+    Which one the kernel ends up with is the kernel's to say, so the grader reads them all."""
+    count = len(submission.sources(name))
+    if count < 2:
+        return ""
+    return (
+        f" Your notebook defines `{name}` {count} times, and every definition counts (the grader cannot tell "
+        "from your code which one your kernel keeps): delete the earlier attempts."
+    )
+
+
 def check_is_jitted(
     submission: Any,
     name: str,
@@ -584,7 +600,8 @@ def check_is_jitted(
         raise CheckFailure(
             f"`{name}` makes a new jitted function every time it is called (`{fresh[:120]}`): it compiles on "
             "every call, so it is not a jax.jit-compiled function",
-            f"Jit once, outside: `{name} = jax.jit(...)`, or decorate the function with `@jax.jit`.",
+            f"Jit once, outside: `{name} = jax.jit(...)`, or decorate the function with `@jax.jit`."
+            + _redefined(submission, name),
         )
     try:
         exp = submission.export(name, static=static, example=args)
@@ -725,7 +742,8 @@ def check_recompiles(
         raise CheckFailure(
             f"`{name}` makes a new jitted function every time it is called (`{fresh[:120]}`), so it compiles "
             "again on every call, even when only the values of traced arguments change",
-            "Jit the function once, outside: `g_static = jax.jit(g, static_argnames='n')`.",
+            "Jit the function once, outside: `g_static = jax.jit(g, static_argnames='n')`."
+            + _redefined(submission, name),
         )
     modules: dict[str, Any] = {}
     for i, ((args, kwargs), want) in enumerate(zip(plan, expect, strict=True)):
@@ -775,7 +793,8 @@ def check_compile_count(submission: Any, name: str, calls: list[Any], *, at_most
         raise CheckFailure(
             f"`{name}` makes a new jitted function inside its loop (`{fresh[:160]}`): every iteration compiles again",
             "Create each jitted function once, outside the loop: `jax.jit(lambda ...)` or "
-            "`jax.jit(partial(...))` inside a loop makes a new function, and a new compilation, every time.",
+            "`jax.jit(partial(...))` inside a loop makes a new function, and a new compilation, every time."
+            + _redefined(submission, name),
         )
     plan = _calls(calls)
     res = submission.count(name, plan, "compiles")

@@ -12,6 +12,7 @@ from grader.grading.checks import (
     CheckFailure,
     _argument,
     assert_close,
+    check_compile_count,
     check_is_jitted,
     check_jit,
     check_no_vmap,
@@ -513,6 +514,39 @@ def test_recompiles_and_is_jitted_refuse_a_jit_made_on_every_call() -> None:
         check_recompiles(sub, "g", [((ARGS[0],), {"n": 1}), ((ARGS[0] * 2,), {"n": 1})], [None, False])
     with pytest.raises(CheckFailure, match="makes a new jitted function every time it is called"):
         check_is_jitted(sub, "g", (ARGS[0],))
+
+
+def test_a_failure_read_from_the_source_says_when_the_name_is_defined_more_than_once() -> None:
+    """An earlier attempt left in the notebook counts too (the kernel's word for which definition
+    it kept cannot be taken): the hint says so, and what to do; one definition, no such word."""
+    once = "def g(x, n):\n    return jax.jit(lambda x: x + n)(x)"
+    twice = FakeSubmission({"g": lambda x, n=1: x + n}, sources={"g": [once, "g = jax.jit(_g)"]})
+    calls = [((ARGS[0],), {"n": 1}), ((ARGS[0] * 2,), {"n": 1})]
+    with pytest.raises(CheckFailure) as e:
+        check_recompiles(twice, "g", calls, [None, False])
+    assert "defines `g` 2 times" in e.value.hint and "delete the earlier attempts" in e.value.hint
+    with pytest.raises(CheckFailure) as e:
+        check_is_jitted(twice, "g", (ARGS[0],))
+    assert "defines `g` 2 times" in e.value.hint
+    loop = "def g(x, n):\n    for _ in range(n):\n        x = jax.jit(lambda v: v + 1)(x)\n    return x"
+    looping = FakeSubmission({"g": lambda x, n=1: x + n}, sources={"g": [loop, "def g(x, n):\n    return x + n"]})
+    with pytest.raises(CheckFailure) as e:
+        check_compile_count(looping, "g", calls, at_most=1)
+    assert "defines `g` 2 times" in e.value.hint
+
+    class Writing(FakeSubmission):
+        def writes_into_arguments(self, name: str) -> str:
+            return "x[0] = v"
+
+    with pytest.raises(CheckFailure) as e:
+        check_pure(Writing({"f": _conv}, sources={"f": ["def f(x): ...", "f = g", "def f(x): ..."]}), "f", ARGS)
+    assert "defines `f` 3 times" in e.value.hint
+    with pytest.raises(CheckFailure) as e:
+        check_pure(Writing({"f": _conv}, sources={"f": ["def f(x): ..."]}), "f", ARGS)
+    assert "defines" not in e.value.hint
+    with pytest.raises(CheckFailure) as e:
+        check_recompiles(FakeSubmission({"g": lambda x, n=1: x + n}, sources={"g": [once]}), "g", calls, [None, False])
+    assert "defines" not in e.value.hint
 
 
 def test_readme_documents_every_hint() -> None:
