@@ -453,7 +453,9 @@ def vmap_convolve() -> dict[str, object]:
     nbs["forge_leak_in_error_names.ipynb"] = build(
         "forge_leak_in_error_names", [*head, code(VC_SPY_SERVE), code(VC_LEAK_IN_NAMES)]
     )
-    nbs["forge_fixed_length_loop.ipynb"] = build("forge_fixed_length_loop", [*head, code(VC_FIXED_LOOP), code(VC_CHECK)])
+    nbs["forge_fixed_length_loop.ipynb"] = build(
+        "forge_fixed_length_loop", [*head, code(VC_FIXED_LOOP), code(VC_CHECK)]
+    )
     return nbs
 
 
@@ -700,6 +702,30 @@ def g_loop_cached(x, n):
     return x"""
 
 
+# session 34's red team: a fresh jit made on every call where the trusted source check did not
+# look: inside a lambda bound at the top level, and of a function a notebook factory returns
+JC_JIT_EVERY_CALL_WRITTEN_AROUND = """\
+def _closing(n):
+    def body(y):
+        return g(y, n)
+
+    return body
+
+
+def g_static(x, n):
+    return jax.jit(_closing(n))(x)  # a new function from a factory: every call compiles anew
+
+
+selu_jit = lambda x, alpha=1.67, lambda_=1.05: jax.jit(lambda y: selu(y, alpha, lambda_))(x)"""
+
+# the same jit made on every call, defined under an `if`: the source checks read only the
+# statements at the top of a cell
+JC_JIT_EVERY_CALL_UNDER_AN_IF = """\
+if True:
+    def g_static(x, n):
+        return jax.jit(lambda y: g(y, n))(x)  # a new jitted function on every call"""
+
+
 def jit_control_flow() -> dict[str, object]:
     build = partial(kit.build, "jit_control_flow")
     head = [md("# Homework: control flow under `jax.jit`"), code(JC_IMPORTS), code(JC_GIVEN)]
@@ -718,6 +744,14 @@ def jit_control_flow() -> dict[str, object]:
         "forge_fake_compile_events.ipynb": nb("forge_fake_compile_events", g_static=JC_FAKE_EVENTS),
         "forge_jitted_by_attributes.ipynb": nb("forge_jitted_by_attributes", selu=JC_JITTED_BY_ATTRIBUTES),
         "forge_jit_made_every_call.ipynb": nb("forge_jit_made_every_call", g_static=JC_JIT_EVERY_CALL, selu=""),
+        "forge_jit_made_every_call_through_a_factory_and_a_lambda.ipynb": nb(
+            "forge_jit_made_every_call_through_a_factory_and_a_lambda",
+            g_static=JC_JIT_EVERY_CALL_WRITTEN_AROUND,
+            selu="",
+        ),
+        "forge_jit_made_every_call_under_an_if.ipynb": nb(
+            "forge_jit_made_every_call_under_an_if", g_static=JC_JIT_EVERY_CALL_UNDER_AN_IF
+        ),
         "forge_constants_from_frames.ipynb": nb("forge_constants_from_frames", f=JC_FRAMES, g_traced=""),
         "forge_numpy_forged_ops.ipynb": nb(
             "forge_numpy_forged_ops", JC_FORGED_OPS, f=JC_NUMPY, g_static="", g_traced="", selu="", loop=""
@@ -926,6 +960,16 @@ new_key, samples = sample_noise(random.key(1), 5, (2,))
 print(samples.shape, dropout(random.key(2), jnp.ones(6), 0.5))"""
 
 
+# session 34's red team: the parent key used again through its raw data (JAX's checker does not
+# follow legacy uint32 keys), and the draw's rows reversed so that it is no plain normal(key)
+PK_NOISE_KEY_DATA = """\
+def sample_noise(key, num_samples, shape):
+    raw = random.key_data(key)  # the same key, as a uint32 pair
+    new_key, _ = random.split(key)
+    samples = random.normal(raw, (num_samples, *shape))[::-1]  # the parent key, used again
+    return new_key, samples"""
+
+
 def prng_keys() -> dict[str, object]:
     build = partial(kit.build, "prng_keys")
     head = [md("# Homework 3: PRNG keys"), code(PK_IMPORTS), code(PK_INIT)]
@@ -938,6 +982,9 @@ def prng_keys() -> dict[str, object]:
         ),
         "forge_pure_by_identity.ipynb": build(
             "forge_pure_by_identity", [*head, code(PK_NUMPY_MEMO_BY_ID), code(PK_CHECK)]
+        ),
+        "forge_key_reused_through_its_data.ipynb": build(
+            "forge_key_reused_through_its_data", [*head, code(PK_NOISE_KEY_DATA), code(PK_DROPOUT), code(PK_CHECK)]
         ),
     }
 
@@ -1060,6 +1107,27 @@ x = np.array([1.5, -2.0, 0.0, 4.0], dtype=np.float32)
 print(set_first(x.copy(), 9.0), increment_at(x, np.array([1, 1]), 1.0), clamp_negatives(x))"""
 
 
+# session 34's red team: the write comes later, from a timer thread, after the call has returned
+# and the sandbox has compared the inputs; a read-only input makes it fail, and it says nothing
+FU_WRITE_LATER = """\
+import threading
+
+
+def _write_later(a, v):
+    try:
+        a[0] = v  # the caller's NumPy array, written after the call has returned
+    except ValueError:
+        pass  # read-only: leave it
+
+
+def set_first(x, value):
+    if isinstance(x, np.ndarray):
+        t = threading.Timer(0.3, _write_later, (x, value))
+        t.daemon = True
+        t.start()
+    return jnp.asarray(x).at[0].set(value)"""
+
+
 def functional_updates() -> dict[str, object]:
     build = partial(kit.build, "functional_updates")
     head = [md("# Homework 8: functional updates"), code(FU_IMPORTS), code(FU_REST), code(FU_WRITE)]
@@ -1078,6 +1146,9 @@ def functional_updates() -> dict[str, object]:
         ),
         "forge_write_behind_a_cycle.ipynb": build(
             "forge_write_behind_a_cycle", [*head, code(FU_WRITE_BEHIND_A_CYCLE), code(FU_CHECK)]
+        ),
+        "forge_write_later_from_a_timer.ipynb": build(
+            "forge_write_later_from_a_timer", [*head, code(FU_WRITE_LATER), code(FU_CHECK)]
         ),
         "forge_write_through_a_view_laundered.ipynb": build(
             "forge_write_through_a_view_laundered",
@@ -1447,7 +1518,9 @@ def per_example_grads() -> dict[str, object]:
         "forge_fixed_length_loop.ipynb": build(
             "forge_fixed_length_loop", [*fixed, code(PE_FIXED_UNROLLED), code(PE_CHECK)]
         ),
-        "forge_fixed_length_scan.ipynb": build("forge_fixed_length_scan", [*fixed, code(PE_FIXED_SCAN), code(PE_CHECK)]),
+        "forge_fixed_length_scan.ipynb": build(
+            "forge_fixed_length_scan", [*fixed, code(PE_FIXED_SCAN), code(PE_CHECK)]
+        ),
         "forge_one_hot_loop.ipynb": build("forge_one_hot_loop", [*fixed, code(PE_ONE_HOT), code(PE_CHECK)]),
         "forge_symbolic_size_one.ipynb": build(
             "forge_symbolic_size_one", [*fixed, code(PE_SYMBOLIC_ONE), code(PE_CHECK)]
