@@ -737,7 +737,7 @@ def check_recompiles(
     plan = _calls(calls)
     if len(expect) != len(plan):
         raise ValueError("expect needs one entry per call")
-    fresh = fresh_jit_in_body(submission.sources(name)) if False in expect else ""
+    fresh = fresh_jit_in_body(submission.reachable_sources(name)) if False in expect else ""
     if fresh:
         raise CheckFailure(
             f"`{name}` makes a new jitted function every time it is called (`{fresh[:120]}`), so it compiles "

@@ -6,10 +6,12 @@ import ast
 import copy
 import functools
 import hashlib
+import io
 import json
 import re
 import threading
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -300,7 +302,8 @@ def _definitions(cells: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
             continue  # the kernel cannot run it either
         except (RecursionError, MemoryError):
             raise CodeUnreadable(f"code cell {number} is nested too deeply for the grader to read") from None
-        for node in tree.body:
+        lines = io.StringIO(src, newline="").readlines()  # as ast counts lines: not at \x0c or \u2028
+        for node in _module_level(tree.body):
             targets: list[str] = []
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 targets = [node.name]
@@ -309,15 +312,54 @@ def _definitions(cells: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
             elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
                 targets = [node.target.id]
             if targets:
-                seg = ast.get_source_segment(src, node)
-                decorators = getattr(node, "decorator_list", [])
-                if seg and decorators:  # the segment starts at `def`: its decorators say what it is too
-                    lines = src.splitlines(keepends=True)
-                    seg = "".join(lines[decorators[0].lineno - 1 : node.lineno - 1]) + seg
+                seg = _statement_source(src, lines, node)
                 if seg:
                     for target in dict.fromkeys(targets):
                         found.setdefault(target, []).append(seg)
     return {k: tuple(v) for k, v in found.items()}
+
+
+def _module_level(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """The statements that run at a cell's top level, in order: those of ``body`` and those in its
+    ``if``, ``for``, ``while``, ``with``, ``try`` and ``match`` blocks, which bind module names just
+    the same (a definition under ``if True:`` hid from every source check: session 34's red
+    team); not the bodies of functions and classes."""
+    for node in body:
+        yield node
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        blocks = [getattr(node, "body", None)]
+        blocks += [h.body for h in getattr(node, "handlers", None) or ()]  # try: in source order
+        blocks += [getattr(node, "orelse", None), getattr(node, "finalbody", None)]
+        blocks += [c.body for c in getattr(node, "cases", None) or ()]
+        for inner in blocks:
+            if isinstance(inner, list):
+                yield from _module_level(inner)
+
+
+def _statement_source(src: str, lines: list[str], node: ast.stmt) -> str:
+    """The source of one statement, its decorators included, dedented if it is in a block."""
+    decorators = getattr(node, "decorator_list", [])
+    if node.col_offset == 0:
+        seg = ast.get_source_segment(src, node)
+        if seg and decorators:  # the segment starts at `def`: its decorators say what it is too
+            seg = "".join(lines[decorators[0].lineno - 1 : node.lineno - 1]) + seg
+        return seg or ""
+    seg = ast.get_source_segment(src, node, padded=True)  # the first line keeps its indentation
+    if not seg:
+        return ""
+    seg = "".join(lines[decorators[0].lineno - 1 : node.lineno - 1]) + seg if decorators else seg
+    # the block's indentation off every line (a line of a string that starts further left keeps
+    # what it has: textwrap.dedent would then take nothing off, and the text would not parse)
+    depth = node.col_offset
+    seg = "".join(
+        line[min(depth, len(line) - len(line.lstrip(" \t"))) :] for line in io.StringIO(seg, newline="").readlines()
+    )
+    try:
+        ast.parse(seg)
+    except (SyntaxError, ValueError):
+        raise CodeUnreadable(f"the grader could not read the definition on line {node.lineno} of a cell") from None
+    return seg
 
 
 def reachable_sources(cells: list[str], name: str) -> list[str]:
@@ -395,21 +437,24 @@ def _maker_called_in_loop(sources: list[str]) -> str:
     """A call, inside a loop of one of the sources' functions, of a function of the sources that
     makes a new jitted function on every call (itself, or through another such function)."""
     functions: dict[str, tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]] = {}
+    trees = []
     for src in sources:
         try:
             tree = ast.parse(src)
         except SyntaxError:
             continue
+        trees.append((src, tree))
         top = tree.body[0] if tree.body else None
         if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)):
             functions.setdefault(top.name, (src, top))
+    factories = _factories(trees)
     makes: dict[str, str] = {}  # function -> the jit it makes on every call
     for name, (src, func) in functions.items():
         if any("cache" in _called_name(d.func if isinstance(d, ast.Call) else d) for d in func.decorator_list):
             continue  # functools.lru_cache/cache: one jit per argument, not per call
         if any(isinstance(n, (ast.Global, ast.Nonlocal)) for n in ast.walk(func)):
             continue  # a jit kept in a global the first time (`if _step is None: _step = jax.jit(...)`)
-        found = _fresh_jit_in(src, func, in_loop=False)
+        found = _fresh_jit_in(src, func, in_loop=False, factories=factories)
         if found:
             makes[name] = found
     changed = True
@@ -445,32 +490,79 @@ def fresh_jit_in_body(sources: list[str]) -> str:
 
 
 def _fresh_jit(sources: list[str], *, in_loop: bool) -> str:
+    trees = []
     for src in sources:
         try:
-            tree = ast.parse(src)
+            trees.append((src, ast.parse(src)))
         except SyntaxError:
             continue
+    factories = _factories(trees)
+    for src, tree in trees:
         for func in ast.walk(tree):
-            if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                found = _fresh_jit_in(src, func, in_loop=in_loop)
+            if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                found = _fresh_jit_in(src, func, in_loop=in_loop, factories=factories)
                 if found:
                     return found
     return ""
 
 
-def _fresh_jit_in(src: str, func: ast.FunctionDef | ast.AsyncFunctionDef, *, in_loop: bool) -> str:
-    """:func:`_fresh_jit` for one parsed function of ``src`` (its nested functions included)."""
-    local = {n.name for n in ast.walk(func) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))} - {func.name}
+def _factories(trees: list[tuple[str, ast.Module]]) -> frozenset[str]:
+    """The sources' top-level functions that return a new function on every call: a lambda, or a
+    function defined in them (``def _closing(n): def body(y): ...; return body``), unless a cache
+    decorator keeps what they return."""
+    found = set()
+    for _, tree in trees:
+        top = tree.body[0] if tree.body else None
+        if not isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        if any("cache" in _called_name(d.func if isinstance(d, ast.Call) else d) for d in top.decorator_list):
+            continue
+        inner = {n.name for n in ast.walk(top) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))} - {top.name}
+        for ret in ast.walk(top):
+            if isinstance(ret, ast.Return) and (
+                isinstance(ret.value, ast.Lambda) or (isinstance(ret.value, ast.Name) and ret.value.id in inner)
+            ):
+                found.add(top.name)
+    return frozenset(found)
+
+
+def _fresh_jit_in(
+    src: str,
+    func: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda,
+    *,
+    in_loop: bool,
+    factories: frozenset[str] = frozenset(),
+) -> str:
+    """:func:`_fresh_jit` for one parsed function or lambda of ``src`` (its nested functions
+    included): a ``jax.jit`` in it of a lambda, a ``partial(...)``, a function defined in it, what
+    a notebook factory returns (``jax.jit(_closing(n))``), or a name bound in it to one of these
+    (session 34's red team: the factory, the name, and a lambda bound at the top level that jits
+    a lambda on every call).  A jit of what another call returns (``jax.jit(jax.vmap(f))``) is
+    not taken for one: a factory of the notebook that returns it runs once where it is called at
+    the top level, which the source does not tell from a call on every call."""
+    local = {n.name for n in ast.walk(func) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    local.discard(getattr(func, "name", ""))
+    for node in ast.walk(func):  # names bound in it to a new function: `body = lambda y: ...`
+        if isinstance(node, ast.Assign) and _new_function(node.value, local, factories):
+            local.update(t.id for t in node.targets if isinstance(t, ast.Name))
     for scope in _loops(func) if in_loop else [func]:
         for call in ast.walk(scope):
             if isinstance(call, ast.Call) and _is_jit(call.func) and call.args:
-                target = call.args[0]
-                fresh = isinstance(target, ast.Lambda) or (
-                    isinstance(target, ast.Call) and _called_name(target.func) == "partial"
-                )
-                if fresh or (isinstance(target, ast.Name) and target.id in local):
+                if _new_function(call.args[0], local, factories):
                     return ast.get_source_segment(src, call) or "jax.jit(...)"
     return ""
+
+
+def _new_function(node: ast.expr, local: set[str], factories: frozenset[str]) -> bool:
+    """Whether ``node`` makes a new function each time it runs."""
+    if isinstance(node, ast.Lambda):
+        return True
+    if isinstance(node, ast.Name):
+        return node.id in local
+    if isinstance(node, ast.Call):
+        name = _called_name(node.func)
+        return name == "partial" or (isinstance(node.func, ast.Name) and name in factories)
+    return False
 
 
 #: Methods and functions that write into the array they are given (NumPy).
@@ -567,21 +659,37 @@ def _write_events(cells: list[str], key: _Call) -> list[tuple[str, _Call | None]
 def _events_in(
     src: str, func: ast.FunctionDef | ast.AsyncFunctionDef, positions: frozenset[int] | None
 ) -> list[tuple[str, _Call | None]]:
-    out: list[tuple[str, _Call | None]] = []
     a = func.args
     params = [arg.arg for arg in [*a.posonlyargs, *a.args]]
     aliases = {p for i, p in enumerate(params) if positions is None or i in positions}
     if positions is None:
         aliases |= {arg.arg for arg in a.kwonlyargs}
-    for node in _in_order(func.body):
-        if isinstance(node, ast.Assign):
-            for target in node.targets:
+    return _events_of(src, func.body, aliases)
+
+
+def _events_of(src: str, body: list[ast.stmt], aliases: set[str]) -> list[tuple[str, _Call | None]]:
+    """:func:`_events_in` for a body in which ``aliases`` name the caller's array: its writes, the
+    calls that hand the array on, and those of the functions defined in it (closures)."""
+    out: list[tuple[str, _Call | None]] = []
+    aliases = set(aliases)
+    holders: set[str] = set()  # names of tuples, lists and dicts that hold the array: `args = (x, v)`
+    nested: list[tuple[ast.FunctionDef | ast.AsyncFunctionDef, set[str]]] = []  # and what they can see
+    variables = _bound_in(body)  # a name bound here is no notebook function handed a callback
+    for node in _in_order(body, functions=True):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            nested.append((node, set(aliases)))
+            variables.discard(node.name)
+            continue
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
                 if _base_name(target) in aliases and not isinstance(target, ast.Name):
                     out.append((ast.get_source_segment(src, node) or "", None))
-            same = _same_array(node.value, aliases)
-            for target in node.targets:
-                if isinstance(target, ast.Name):
-                    (aliases.add if same else aliases.discard)(target.id)
+            for name, value in _bindings(targets, node.value):
+                same = value is not None and _same_array(value, aliases)
+                held = isinstance(value, _CONTAINERS) and _holds(value, aliases | holders)
+                (aliases.add if same else aliases.discard)(name)
+                (holders.add if held else holders.discard)(name)
         elif isinstance(node, ast.AugAssign) and _base_name(node.target) in aliases:
             out.append((ast.get_source_segment(src, node) or "", None))
         elif isinstance(node, ast.Call):
@@ -597,21 +705,133 @@ def _events_in(
             handed = frozenset(i for i, arg in enumerate(node.args) if _base_name(arg) in aliases)
             if handed and isinstance(node.func, ast.Name):
                 out.append((ast.get_source_segment(src, node) or "", (node.func.id, handed)))
+            for callee, positions in _callbacks(node, aliases | holders, variables):
+                out.append((ast.get_source_segment(src, node) or "", (callee, positions)))
+        for _, seen in nested:  # a closure sees the names as they are when it runs: from its def on
+            seen |= aliases
+    for func, seen in nested:  # a closure writes into the array it captures or is handed
+        params = [arg.arg for arg in [*func.args.posonlyargs, *func.args.args]]
+        own = {*params, *(arg.arg for arg in func.args.kwonlyargs)}
+        given: set[str] = set()
+        for _, callee in out:
+            if callee is not None and callee[0] == func.name:
+                given |= own if callee[1] is None else {p for i, p in enumerate(params) if i in callee[1]}
+        out += _events_of(src, func.body, (seen - own) | given)
     return out
 
 
-def _in_order(body: list[ast.stmt]) -> list[ast.AST]:
-    """The statements of a body and the calls in them, in source order (nested blocks included)."""
+#: JAX's control flow: what it hands the functions it is given are tracers, never the arrays.
+_TRACING_CALLS = frozenset({"fori_loop", "while_loop", "scan", "cond", "switch", "associative_scan", "map"})
+
+
+def _callbacks(call: ast.Call, names: set[str], variables: set[str]) -> list[tuple[str, frozenset[int] | None]]:
+    """The functions of the notebook that ``call`` is handed beside the array (``names``), and at
+    which of their positions the array may reach them: a callback (``threading.Timer(0.3, _write,
+    (x, v))``, ``Thread(target=_write, args=[x])``, ``partial(_write, x)``, ``map(_write, xs)``;
+    a write from a timer after the call returned: session 34's red team).  The arguments after it
+    and the items of a tuple or list among them give the positions; the array held otherwise (a
+    name holding a tuple, ``**kwargs``) gives every position."""
+    values = [*call.args, *(k.value for k in call.keywords)]
+    if not any(_holds(v, names) for v in values):
+        return []
+    root = call.func
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if _called_name(call.func) in _TRACING_CALLS and isinstance(root, ast.Name) and root.id in ("lax", "jax"):
+        return []
+    found: list[tuple[str, frozenset[int] | None]] = []
+    for i, v in enumerate(values):
+        if not isinstance(v, ast.Name) or v.id in names or v.id in variables:
+            continue
+        after = call.args[i + 1 :] if i < len(call.args) else []
+        lists = [
+            a
+            for a in [*after, *(k.value for k in call.keywords if k.arg == "args")]
+            if isinstance(a, (ast.Tuple, ast.List))
+        ]
+        positions = {j for j, a in enumerate(after) if _holds(a, names)}
+        positions |= {j for a in lists for j, e in enumerate(a.elts) if _holds(e, names)}
+        accounted = set(map(id, after)) | set(map(id, lists))
+        whole = any(_holds(w, names) and id(w) not in accounted for j, w in enumerate(values) if j != i)
+        found.append((v.id, None if whole or not positions else frozenset(positions)))
+    return found
+
+
+def _bindings(targets: list[ast.expr], value: ast.expr) -> list[tuple[str, ast.expr | None]]:
+    """The names an assignment binds, each with the expression it gets where the source says
+    (``a, b = x, 0``), else None (``a, b = f(x)``)."""
+    out: list[tuple[str, ast.expr | None]] = []
+    for target in targets:
+        if isinstance(target, ast.Name):
+            out.append((target.id, value))
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            items = value.elts if isinstance(value, (ast.Tuple, ast.List)) else None
+            if (
+                items is not None
+                and len(items) == len(target.elts)
+                and not any(isinstance(e, ast.Starred) for e in (*items, *target.elts))
+            ):
+                out += [b for t, v in zip(target.elts, items, strict=True) for b in _bindings([t], v)]
+            else:
+                out += [(n.id, None) for n in ast.walk(target) if isinstance(n, ast.Name)]
+    return out
+
+
+def _bound_in(body: list[ast.stmt]) -> set[str]:
+    """The names a function body binds itself (assignments, loop and ``with`` targets, imports,
+    its own functions), not those of the functions inside it."""
+    bound: set[str] = set()
+    todo: list[ast.AST] = list(body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            bound.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif not isinstance(node, ast.Lambda):
+            todo.extend(ast.iter_child_nodes(node))
+    return bound
+
+
+#: Literals that hold what they are built from (a write through them reaches it).
+_CONTAINERS = (ast.Tuple, ast.List, ast.Set, ast.Dict)
+
+
+def _holds(value: ast.AST, names: set[str]) -> bool:
+    """Whether ``value`` is one of ``names``, or a tuple, list, set or dict literal (or a starred
+    one) with one of them in it, however deep."""
+    if isinstance(value, ast.Name):
+        return value.id in names
+    if isinstance(value, ast.Starred):
+        return _holds(value.value, names)
+    if isinstance(value, ast.Dict):
+        return any(v is not None and _holds(v, names) for v in (*value.keys, *value.values))
+    if isinstance(value, _CONTAINERS):
+        return any(_holds(e, names) for e in value.elts)
+    return False
+
+
+def _in_order(body: list[ast.stmt], *, functions: bool = False) -> list[ast.AST]:
+    """The statements of a body and the calls in them, in source order (nested blocks included);
+    with ``functions``, the functions defined in it too (not what is inside them)."""
     out: list[ast.AST] = []
     for stmt in body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and functions:
+            out.append(stmt)
+            continue
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
             continue
         out.extend(n for n in ast.walk(stmt) if isinstance(n, ast.Call))
         out.append(stmt)
-        for field in ("body", "orelse", "finalbody"):
-            inner = getattr(stmt, field, None)
+        blocks = [getattr(stmt, "body", None)]
+        blocks += [h.body for h in getattr(stmt, "handlers", None) or ()]
+        blocks += [getattr(stmt, "orelse", None), getattr(stmt, "finalbody", None)]
+        blocks += [c.body for c in getattr(stmt, "cases", None) or ()]
+        for inner in blocks:
             if isinstance(inner, list):
-                out.extend(_in_order(inner))
+                out.extend(_in_order(inner, functions=functions))
     return out
 
 

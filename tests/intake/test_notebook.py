@@ -14,6 +14,7 @@ from grader.intake.notebook import (
     bound_names,
     completed_starter,
     definition_sources,
+    fresh_jit_in_body,
     fresh_jit_in_loop,
     load_notebook,
     mentions,
@@ -200,6 +201,77 @@ def test_a_fresh_jit_behind_a_helper_called_in_the_loop_is_found() -> None:
     assert fresh_jit_in_loop(reachable_sources([*lazy, loop.format("_step")], "g")) == ""
 
 
+def test_definitions_in_a_cells_blocks_are_read_too() -> None:
+    """Session 34's red team: a definition under `if True:` (or in a try, for, with block) binds
+    the module name just the same, and every source check missed it. Each comes out dedented,
+    its decorators with it, and a string's lines further left do not stop it parsing."""
+    cells = [
+        'if True:\n    def g(x, n):\n        s = """\nleft\n"""\n        return jax.jit(lambda y: y + n)(x)',
+        "try:\n    import foo\nexcept ImportError:\n    @jax.jit\n    def h(x):\n        return x\nelse:\n    h = 3",
+        "if True: k = jax.jit(f)",
+        "for i in range(2):\n    with ctx():\n        def w(x, v):\n            x[0] = v",
+        "def outer():\n    def inner(x):\n        return x",
+    ]
+    assert definition_sources(cells, "g")[0].startswith("def g(x, n):\n    s = ")
+    assert definition_sources(cells, "h") == ["@jax.jit\ndef h(x):\n    return x", "h = 3"]  # in source order
+    assert definition_sources(cells, "k") == ["k = jax.jit(f)"]
+    assert definition_sources(cells, "inner") == []  # a function's own locals are not the notebook's
+    assert fresh_jit_in_body(reachable_sources(cells, "g")) == "jax.jit(lambda y: y + n)"
+    assert writes_into_arguments(cells, "w") == "x[0] = v"
+
+
+def test_lines_are_counted_as_python_counts_them() -> None:
+    """A form feed or a line separator inside a line is no line break for Python's parser, so a
+    decorated definition after one is read whole (the second red team: a `\\x0c` in a comment hid
+    a write; a `\\u2028` in a string made a block's definition unreadable)."""
+    write = "@dec\ndef set_first(x, value):\n    x[0] = value"
+    assert writes_into_arguments(["# a\x0cb\n" + write], "set_first") == "x[0] = value"
+    block = "s = 'a\u2028b'\nif True:\n    @dec\n    def set_first(x, value):\n        x[0] = value"
+    assert definition_sources([block], "set_first") == [write]
+
+
+def test_a_jit_of_a_factorys_function_or_in_a_lambda_is_made_anew() -> None:
+    """Session 34's red team: `jax.jit(_closing(n))` in a body (a notebook factory's new function
+    on every call), the same through a name, and a lambda bound at the top level that jits a
+    lambda on every call. A jit of a function defined once, at the top level of a cell, of what a
+    factory returns once, or of a JAX transform's result, is not taken for one (the second red
+    team's false positives: `jax.jit(jax.vmap(...))` in a factory called once at the top level)."""
+    closing = "def _closing(n):\n    def body(y):\n        return y + n\n    return body"
+    factory = [closing, "def g(x, n):\n    return jax.jit(_closing(n))(x)"]
+    assert fresh_jit_in_body(reachable_sources(factory, "g")) == "jax.jit(_closing(n))"
+    named = [closing, "def g(x, n):\n    body = _closing(n)\n    return jax.jit(body)(x)"]
+    assert fresh_jit_in_body(reachable_sources(named, "g")) == "jax.jit(body)"
+    lam = ["selu_jit = lambda x, a=1.67: jax.jit(lambda y: selu(y, a))(x)"]
+    assert fresh_jit_in_body(reachable_sources(lam, "selu_jit")) == "jax.jit(lambda y: selu(y, a))"
+    named_lam = ["def s(x):\n    body = lambda y: selu(y)\n    return jax.jit(body)(x)"]
+    assert fresh_jit_in_body(named_lam) == "jax.jit(body)"
+    loop = [closing, "def g(x, n):\n    for _ in range(n):\n        x = jax.jit(_closing(1))(x)\n    return x"]
+    assert fresh_jit_in_loop(reachable_sources(loop, "g")) == "jax.jit(_closing(1))"
+    for name, honest in (
+        ("fast", ["fast = jax.jit(jax.vmap(convolve))"]),
+        ("selu_jit", ["selu_jit = jax.jit(lambda x: selu(x))"]),
+        ("f", ["def f(x):\n    return jax.jit(selu)(x)"]),
+        (
+            "per_example_grads",
+            [
+                "def jit_vmap_grad(loss):\n    return jax.jit(jax.vmap(jax.grad(loss), in_axes=(None, 0, 0)))",
+                "per_example_grads = jit_vmap_grad(loss_fn)",
+            ],
+        ),
+        (
+            "g",
+            [
+                "@functools.lru_cache\ndef _make(n):\n    return lambda y: y + n",
+                "def g(x, n):\n    return jax.jit(_make(n))(x)",
+            ],
+        ),
+        ("h", ["def h(xs, ws, _f=jax.jit(jax.vmap(conv))):\n    return _f(xs, ws)"]),
+    ):
+        assert fresh_jit_in_body(reachable_sources(honest, name)) == "", honest
+    # not seen (SECURITY.md): a jit of a JAX transform's result made on every call
+    assert fresh_jit_in_body(["def f(xs, ws):\n    return jax.jit(jax.vmap(conv))(xs, ws)"]) == ""
+
+
 def test_reachable_sources_follow_free_names_only() -> None:
     """A local variable that shares its name with a notebook definition (`result` below) is not
     a reference to it: a hand-vectorized function beside a vmap demo is not said to use vmap."""
@@ -212,6 +284,10 @@ def test_reachable_sources_follow_free_names_only() -> None:
     ]
     assert not mentions(reachable_sources(cells, "manual"), "vmap")
     assert mentions(reachable_sources(cells, "hidden"), "vmap")
+
+
+_LATER = "def _later(a, v):\n    try:\n        a[0] = v\n    except ValueError:\n        pass"
+_TIMER = "threading.Timer(0.3, _later, (x, v))"
 
 
 @pytest.mark.parametrize(
@@ -239,6 +315,82 @@ def test_reachable_sources_follow_free_names_only() -> None:
         (["def set_first(x, v):\n    y = np.array(x)\n    y[0] = v\n    return y"], ""),
         (["def set_first(x, v):\n    y = jnp.asarray(x)\n    return y.at[0].set(v)"], ""),
         (["def _fill(buf):\n    buf[:] = 0", "def clamp(x):\n    y = x.copy()\n    _fill(y)\n    return y"], ""),
+        # handed on beside a notebook function, which may get it at any position, or written by a
+        # function defined inside (session 34's red team: a write from a timer after the call)
+        ([_LATER, "def set_first(x, v):\n    threading.Timer(0.3, _later, (x, v)).start()\n    return x"], _TIMER),
+        (
+            [_LATER, "def set_first(x, v):\n    threading.Thread(target=_later, args=[x, v]).start()\n    return x"],
+            "threading.Thread(target=_later, args=[x, v])",
+        ),
+        (
+            [
+                _LATER,
+                "def set_first(x, v):\n    a = {'x': x}\n    threading.Timer(0.3, _later, **a).start()\n    return x",
+            ],
+            "threading.Timer(0.3, _later, **a)",
+        ),
+        ([_LATER, "def set_first(x, v):\n    f = partial(_later, x, v)\n    return x"], "partial(_later, x, v)"),
+        (["def set_first(x, v):\n    def later():\n        x[0] = v\n    later()\n    return x"], "x[0] = v"),
+        (["def set_first(x, v):\n    def fill(a):\n        a.fill(v)\n    fill(x.T)\n    return x"], "a.fill(v)"),
+        (
+            [
+                "def set_first(x, v):\n    def f(x):\n        x = np.array(x)\n        x[0] = v\n        return x\n    return f(x)"
+            ],
+            "",
+        ),
+        (
+            [
+                _LATER,
+                "def set_first(x, v):\n    threading.Timer(0.3, _later, (np.zeros(3), 1.0)).start()\n    return x",
+            ],
+            "",
+        ),
+        (["def _sq(a):\n    return a * a", "def clamp(x):\n    return list(map(_sq, [x, x]))"], ""),
+        (["def _neg(row):\n    row *= -1", "def clamp(x):\n    list(map(_neg, x))\n    return x"], "map(_neg, x)"),
+        (  # a closure sees the name as it is when it runs: x bound back to the argument
+            [
+                "def set_first(x, v):\n    o = x\n    x = np.array(x)\n    def f():\n        x[0] = v\n    x = o\n    f()\n    return x"
+            ],
+            "x[0] = v",
+        ),
+        # the second red team's false positives: a closure over a copy, a closure's own locals,
+        # JAX's loops (tracers), a callback given other arrays, a local that shares a name
+        (
+            [
+                "def inc(x, i, a):\n    x = np.array(x)\n    def acc():\n        np.add.at(x, np.asarray(i), a)\n    acc()\n    return x"
+            ],
+            "",
+        ),
+        (
+            [
+                "def set_first(x, v):\n    def h(n):\n        x: np.ndarray = np.zeros(n)\n        x[0] = v\n        return x\n    return h(3)"
+            ],
+            "",
+        ),
+        (
+            [
+                "def set_first(x, v):\n    def h(n):\n        x, y = np.zeros(n), 0\n        x[0] = v\n        return x\n    return h(3)"
+            ],
+            "",
+        ),
+        (
+            [
+                "def body(i, acc):\n    acc += 1.0\n    return acc",
+                "def inc(x, i, a):\n    return jax.lax.fori_loop(0, 3, body, x)",
+            ],
+            "",
+        ),
+        (
+            [
+                "def _fill(out, row, w):\n    out[:] = row * w",
+                "def clamp(x):\n    out = np.zeros_like(x)\n    list(map(_fill, out, x, x))\n    return out",
+            ],
+            "",
+        ),
+        (
+            ["def buf(x):\n    x[0] = 0", "def clamp(x):\n    buf = jnp.zeros_like(x)\n    return jnp.maximum(x, buf)"],
+            "",
+        ),
     ],
 )
 def test_writes_into_arguments(cells: list[str], found: str) -> None:
