@@ -293,30 +293,56 @@ def _definitions(cells: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
         raise CodeTooLarge(size)
     found: dict[str, list[str]] = {}
     for number, cell in enumerate(cells, 1):
-        src = python_source(cell)
-        if src is None:
-            raise CodeUnreadable(f"code cell {number} has IPython syntax on lines too long for the grader to read")
-        try:
-            tree = ast.parse(src)
-        except (SyntaxError, ValueError):
-            continue  # the kernel cannot run it either
-        except (RecursionError, MemoryError):
-            raise CodeUnreadable(f"code cell {number} is nested too deeply for the grader to read") from None
-        lines = io.StringIO(src, newline="").readlines()  # as ast counts lines: not at \x0c or \u2028
-        for node in _module_level(tree.body):
-            targets: list[str] = []
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                targets = [node.name]
-            elif isinstance(node, ast.Assign):
-                targets = [t.id for t in node.targets if isinstance(t, ast.Name)]
-            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-                targets = [node.target.id]
-            if targets:
-                seg = _statement_source(src, lines, node)
-                if seg:
-                    for target in dict.fromkeys(targets):
-                        found.setdefault(target, []).append(seg)
+        _collect_definitions(cell, number, found)
     return {k: tuple(v) for k, v in found.items()}
+
+
+#: How deep the code of a magic inside a magic is read (``%%time`` over ``%%capture``...).
+MAGIC_DEPTH = 8
+
+
+def _collect_definitions(cell: str, number: int, found: dict[str, list[str]], depth: int = 0) -> None:
+    """:func:`_definitions` for one cell (or the code of a magic in it), into ``found``."""
+    if depth > MAGIC_DEPTH:
+        raise CodeUnreadable(f"code cell {number} nests magics deeper than the grader reads")
+    src = python_source(cell)
+    if src is None:
+        raise CodeUnreadable(f"code cell {number} has IPython syntax on lines too long for the grader to read")
+    try:
+        tree = ast.parse(src)
+    except (SyntaxError, ValueError):
+        return  # the kernel cannot run it either
+    except (RecursionError, MemoryError):
+        raise CodeUnreadable(f"code cell {number} is nested too deeply for the grader to read") from None
+    lines = io.StringIO(src, newline="").readlines()  # as ast counts lines: not at \x0c or \u2028
+    for node in _module_level(tree.body):
+        targets: list[str] = []
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            targets = [node.name]
+        elif isinstance(node, ast.Assign):
+            targets = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            targets = [node.target.id]
+        elif isinstance(node, ast.Expr) and (code := _magic_code(node.value)) is not None:
+            # `%%time` and other magics run their code in the notebook's namespace (the second
+            # red team hid a definition from every source check under `%%time`)
+            _collect_definitions(code, number, found, depth + 1)
+        if targets:
+            seg = _statement_source(src, lines, node)
+            if seg:
+                for target in dict.fromkeys(targets):
+                    found.setdefault(target, []).append(seg)
+
+
+def _magic_code(node: ast.expr) -> str | None:
+    """The code of ``get_ipython().run_cell_magic(name, line, code)`` or ``run_line_magic(name,
+    code)`` (what ``%%time``/``%time`` become), None for anything else."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+        return None
+    if node.func.attr not in ("run_cell_magic", "run_line_magic") or not node.args:
+        return None
+    code = node.args[-1]
+    return code.value if isinstance(code, ast.Constant) and isinstance(code.value, str) else None
 
 
 def _module_level(body: list[ast.stmt]) -> Iterator[ast.stmt]:

@@ -10,6 +10,8 @@ import nbformat
 import pytest
 
 from grader.intake.notebook import (
+    MAGIC_DEPTH,
+    CodeUnreadable,
     NotebookError,
     bound_names,
     completed_starter,
@@ -218,6 +220,26 @@ def test_definitions_in_a_cells_blocks_are_read_too() -> None:
     assert definition_sources(cells, "inner") == []  # a function's own locals are not the notebook's
     assert fresh_jit_in_body(reachable_sources(cells, "g")) == "jax.jit(lambda y: y + n)"
     assert writes_into_arguments(cells, "w") == "x[0] = v"
+
+
+def test_definitions_in_a_magics_code_are_read_too() -> None:
+    """`%%time` and its kind run their code in the notebook's namespace (the second red team hid a
+    jit made on every call under `%%time`); magics nested past MAGIC_DEPTH are not read, and the
+    checks that read source fail."""
+    cells = [
+        "%%time\nif True:\n    def g(x, n):\n        return jax.jit(lambda y: y + n)(x)",
+        "%time h = jax.jit(f)",
+        "%%capture out\ndef set_first(x, v):\n    x[0] = v\n    return x",
+    ]
+    assert fresh_jit_in_body(definition_sources(cells, "g")) == "jax.jit(lambda y: y + n)"
+    assert definition_sources(cells, "h") == ["h = jax.jit(f)"]
+    assert writes_into_arguments(cells, "set_first") == "x[0] = v"
+    deep = "%%time\n" * (MAGIC_DEPTH + 2) + "def f(x):\n    return x"
+    with pytest.raises(CodeUnreadable, match="nests magics deeper"):
+        definition_sources([deep], "f")
+    assert definition_sources(["%%time\n" * MAGIC_DEPTH + "def f(x):\n    return x"], "f") == [
+        "def f(x):\n    return x"
+    ]
 
 
 def test_lines_are_counted_as_python_counts_them() -> None:
