@@ -805,11 +805,15 @@ def _bindings(targets: list[ast.expr], value: ast.expr) -> list[tuple[str, ast.e
 
 def _bound_in(body: list[ast.stmt]) -> set[str]:
     """The names a function body binds itself (assignments, loop and ``with`` targets, imports,
-    its own functions), not those of the functions inside it."""
+    its own functions), not those of the functions inside it, nor those it declares ``global``
+    or ``nonlocal`` (an assignment that never runs would make a notebook function one)."""
     bound: set[str] = set()
+    declared: set[str] = set()
     todo: list[ast.AST] = list(body)
     while todo:
         node = todo.pop()
+        if isinstance(node, (ast.Global, ast.Nonlocal)):
+            declared.update(node.names)
         if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
             bound.add(node.id)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -818,7 +822,7 @@ def _bound_in(body: list[ast.stmt]) -> set[str]:
             bound.add(node.name)
         elif not isinstance(node, ast.Lambda):
             todo.extend(ast.iter_child_nodes(node))
-    return bound
+    return bound - declared
 
 
 #: Literals that hold what they are built from (a write through them reaches it).

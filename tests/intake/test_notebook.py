@@ -413,6 +413,13 @@ _TIMER = "threading.Timer(0.3, _later, (x, v))"
             ["def buf(x):\n    x[0] = 0", "def clamp(x):\n    buf = jnp.zeros_like(x)\n    return jnp.maximum(x, buf)"],
             "",
         ),
+        (  # a global that an assignment never made local
+            [
+                _LATER,
+                "def set_first(x, v):\n    global _later\n    if False:\n        _later = None\n    threading.Timer(0.3, _later, (x, v)).start()\n    return x",
+            ],
+            _TIMER,
+        ),
     ],
 )
 def test_writes_into_arguments(cells: list[str], found: str) -> None:
