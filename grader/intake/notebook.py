@@ -314,7 +314,7 @@ def _collect_definitions(cell: str, number: int, found: dict[str, list[str]], de
         return  # the kernel cannot run it either
     except (RecursionError, MemoryError):
         raise CodeUnreadable(f"code cell {number} is nested too deeply for the grader to read") from None
-    lines = io.StringIO(src, newline="").readlines()  # as ast counts lines: not at \x0c or \u2028
+    lines = list(_source_lines(src))  # as ast counts lines: not at \x0c or \u2028
     for node in _module_level(tree.body):
         targets: list[str] = []
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -367,11 +367,11 @@ def _statement_source(src: str, lines: list[str], node: ast.stmt) -> str:
     """The source of one statement, its decorators included, dedented if it is in a block."""
     decorators = getattr(node, "decorator_list", [])
     if node.col_offset == 0:
-        seg = ast.get_source_segment(src, node)
+        seg = _segment(src, node)
         if seg and decorators:  # the segment starts at `def`: its decorators say what it is too
             seg = "".join(lines[decorators[0].lineno - 1 : node.lineno - 1]) + seg
         return seg or ""
-    seg = ast.get_source_segment(src, node, padded=True)  # the first line keeps its indentation
+    seg = _segment(src, node, padded=True)  # the first line keeps its indentation
     if not seg:
         return ""
     seg = "".join(lines[decorators[0].lineno - 1 : node.lineno - 1]) + seg if decorators else seg
@@ -386,6 +386,31 @@ def _statement_source(src: str, lines: list[str], node: ast.stmt) -> str:
     except (SyntaxError, ValueError):
         raise CodeUnreadable(f"the grader could not read the definition on line {node.lineno} of a cell") from None
     return seg
+
+
+@functools.lru_cache(maxsize=64)
+def _source_lines(src: str) -> tuple[str, ...]:
+    """``src``'s lines as ``ast`` counts them (at ``\\n``, ``\\r\\n`` and ``\\r`` only), split once per
+    source: ``ast.get_source_segment`` splits the whole source again for each node it is asked
+    for, hours for a notebook of many short statements (the third red team: 40 s for 4,000)."""
+    return tuple(io.StringIO(src, newline="").readlines())
+
+
+def _segment(src: str, node: ast.AST, *, padded: bool = False) -> str | None:
+    """``ast.get_source_segment(src, node, padded=padded)``, from :func:`_source_lines`."""
+    lineno, end_lineno = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
+    col, end_col = getattr(node, "col_offset", None), getattr(node, "end_col_offset", None)
+    if lineno is None or end_lineno is None or col is None or end_col is None:
+        return None
+    lines = _source_lines(src)
+    if not 0 < lineno <= end_lineno <= len(lines):
+        return None
+    first, last = lines[lineno - 1].encode(), lines[end_lineno - 1].encode()  # offsets are in UTF-8 bytes
+    if lineno == end_lineno:
+        return first[col:end_col].decode(errors="replace")
+    pad = "".join(c if c in "\f\t" else " " for c in first[:col].decode(errors="replace")) if padded else ""
+    middle = lines[lineno : end_lineno - 1]
+    return "".join([pad + first[col:].decode(errors="replace"), *middle, last[:end_col].decode(errors="replace")])
 
 
 def reachable_sources(cells: list[str], name: str) -> list[str]:
@@ -476,29 +501,30 @@ def _maker_called_in_loop(sources: list[str]) -> str:
     factories = _factories(trees)
     makes: dict[str, str] = {}  # function -> the jit it makes on every call
     for name, (src, func) in functions.items():
-        if any("cache" in _called_name(d.func if isinstance(d, ast.Call) else d) for d in func.decorator_list):
+        if _cached(func):
             continue  # functools.lru_cache/cache: one jit per argument, not per call
         if any(isinstance(n, (ast.Global, ast.Nonlocal)) for n in ast.walk(func)):
             continue  # a jit kept in a global the first time (`if _step is None: _step = jax.jit(...)`)
         found = _fresh_jit_in(src, func, in_loop=False, factories=factories)
         if found:
             makes[name] = found
-    changed = True
-    while changed:  # a function that calls one of them on every call makes one too
-        changed = False
-        for name, (_, func) in functions.items():
-            if name in makes:
-                continue
-            for call in ast.walk(func):
-                if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in makes:
-                    makes[name] = makes[call.func.id]
-                    changed = True
-                    break
+    callers: dict[str, list[str]] = {}  # a function that calls one of them on every call makes one too
+    for name, (_, func) in functions.items():
+        for call in ast.walk(func):
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in functions:
+                callers.setdefault(call.func.id, []).append(name)
+    todo = list(makes)  # each function once (a fixpoint over all of them was quadratic in a chain)
+    while todo:
+        maker = todo.pop()
+        for caller in callers.get(maker, ()):
+            if caller not in makes:
+                makes[caller] = makes[maker]
+                todo.append(caller)
     for src, func in functions.values():
         for loop in _loops(func):
             for call in ast.walk(loop):
                 if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in makes:
-                    text = ast.get_source_segment(src, call) or f"{call.func.id}(...)"
+                    text = _segment(src, call) or f"{call.func.id}(...)"
                     return f"{text}, which makes {makes[call.func.id]} on every call"
     return ""
 
@@ -524,6 +550,9 @@ def _fresh_jit(sources: list[str], *, in_loop: bool) -> str:
             continue
     factories = _factories(trees)
     for src, tree in trees:
+        top = tree.body[0] if tree.body else None
+        if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)) and _cached(top):
+            continue  # functools.lru_cache/cache: one jit per argument, not per call
         for func in ast.walk(tree):
             if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
                 found = _fresh_jit_in(src, func, in_loop=in_loop, factories=factories)
@@ -541,7 +570,7 @@ def _factories(trees: list[tuple[str, ast.Module]]) -> frozenset[str]:
         top = tree.body[0] if tree.body else None
         if not isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
-        if any("cache" in _called_name(d.func if isinstance(d, ast.Call) else d) for d in top.decorator_list):
+        if _cached(top):
             continue
         inner = {n.name for n in ast.walk(top) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))} - {top.name}
         for ret in ast.walk(top):
@@ -550,6 +579,22 @@ def _factories(trees: list[tuple[str, ast.Module]]) -> frozenset[str]:
             ):
                 found.add(top.name)
     return frozenset(found)
+
+
+def _cached(func: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Whether a cache decorator (``functools.lru_cache``, ``cache``) keeps what ``func`` returns."""
+    return any("cache" in _called_name(d.func if isinstance(d, ast.Call) else d) for d in func.decorator_list)
+
+
+def _jit_decorator(node: ast.expr) -> bool:
+    """``@jax.jit``, ``@jax.jit(...)`` or ``@partial(jax.jit, ...)``."""
+    if _is_jit(node):
+        return True
+    if isinstance(node, ast.Call):
+        if _is_jit(node.func):
+            return True
+        return _called_name(node.func) in ("partial", "Partial") and bool(node.args) and _is_jit(node.args[0])
+    return False
 
 
 def _fresh_jit_in(
@@ -568,14 +613,26 @@ def _fresh_jit_in(
     the top level, which the source does not tell from a call on every call."""
     local = {n.name for n in ast.walk(func) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     local.discard(getattr(func, "name", ""))
-    for node in ast.walk(func):  # names bound in it to a new function: `body = lambda y: ...`
+    declared = {name for n in ast.walk(func) if isinstance(n, (ast.Global, ast.Nonlocal)) for name in n.names}
+    kept: set[int] = set()  # jits kept for the next calls: `_s = jax.jit(...)` (global), `_memo[n] = ...`
+    for node in ast.walk(func):
         if isinstance(node, ast.Assign) and _new_function(node.value, local, factories):
-            local.update(t.id for t in node.targets if isinstance(t, ast.Name))
+            local.update(t.id for t in node.targets if isinstance(t, ast.Name))  # `body = lambda y: ...`
+        if isinstance(node, ast.Assign) and all(
+            isinstance(t, (ast.Subscript, ast.Attribute)) or (isinstance(t, ast.Name) and t.id in declared)
+            for t in node.targets
+        ):
+            kept.add(id(node.value))
     for scope in _loops(func) if in_loop else [func]:
-        for call in ast.walk(scope):
-            if isinstance(call, ast.Call) and _is_jit(call.func) and call.args:
-                if _new_function(call.args[0], local, factories):
-                    return ast.get_source_segment(src, call) or "jax.jit(...)"
+        for node in ast.walk(scope):
+            if isinstance(node, ast.Call) and _is_jit(node.func) and id(node) not in kept:
+                target = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "fun"), None)
+                if target is not None and _new_function(target, local, factories):
+                    return _segment(src, node) or "jax.jit(...)"
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node is not func:
+                jit = next((d for d in node.decorator_list if _jit_decorator(d)), None)
+                if jit is not None:  # a jitted function defined anew each time: `@jax.jit def body(...)`
+                    return f"@{_segment(src, jit) or 'jax.jit'} def {node.name}"
     return ""
 
 
@@ -587,7 +644,7 @@ def _new_function(node: ast.expr, local: set[str], factories: frozenset[str]) ->
         return node.id in local
     if isinstance(node, ast.Call):
         name = _called_name(node.func)
-        return name == "partial" or (isinstance(node.func, ast.Name) and name in factories)
+        return name in ("partial", "Partial") or (isinstance(node.func, ast.Name) and name in factories)
     return False
 
 
@@ -710,14 +767,14 @@ def _events_of(src: str, body: list[ast.stmt], aliases: set[str]) -> list[tuple[
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for target in targets:
                 if _base_name(target) in aliases and not isinstance(target, ast.Name):
-                    out.append((ast.get_source_segment(src, node) or "", None))
+                    out.append((_segment(src, node) or "", None))
             for name, value in _bindings(targets, node.value):
                 same = value is not None and _same_array(value, aliases)
                 held = isinstance(value, _CONTAINERS) and _holds(value, aliases | holders)
                 (aliases.add if same else aliases.discard)(name)
                 (holders.add if held else holders.discard)(name)
         elif isinstance(node, ast.AugAssign) and _base_name(node.target) in aliases:
-            out.append((ast.get_source_segment(src, node) or "", None))
+            out.append((_segment(src, node) or "", None))
         elif isinstance(node, ast.Call):
             func_name = _called_name(node.func)
             receiver = node.func.value if isinstance(node.func, ast.Attribute) else None
@@ -725,14 +782,14 @@ def _events_of(src: str, body: list[ast.stmt], aliases: set[str]) -> list[tuple[
                 (func_name in _IN_PLACE_METHODS and receiver is not None and _base_name(receiver) in aliases)
                 or (func_name in _IN_PLACE_FUNCTIONS and node.args and _base_name(node.args[0]) in aliases)
                 or any(k.arg == "out" and _base_name(k.value) in aliases for k in node.keywords)
-            ):
-                out.append((ast.get_source_segment(src, node) or "", None))
+            ) and not _out_of_place(node):
+                out.append((_segment(src, node) or "", None))
                 continue
             handed = frozenset(i for i, arg in enumerate(node.args) if _base_name(arg) in aliases)
             if handed and isinstance(node.func, ast.Name):
-                out.append((ast.get_source_segment(src, node) or "", (node.func.id, handed)))
+                out.append((_segment(src, node) or "", (node.func.id, handed)))
             for callee, positions in _callbacks(node, aliases | holders, variables):
-                out.append((ast.get_source_segment(src, node) or "", (callee, positions)))
+                out.append((_segment(src, node) or "", (callee, positions)))
         for _, seen in nested:  # a closure sees the names as they are when it runs: from its def on
             seen |= aliases
     for func, seen in nested:  # a closure writes into the array it captures or is handed
@@ -744,6 +801,14 @@ def _events_of(src: str, body: list[ast.stmt], aliases: set[str]) -> list[tuple[
                 given |= own if callee[1] is None else {p for i, p in enumerate(params) if i in callee[1]}
         out += _events_of(src, func.body, (seen - own) | given)
     return out
+
+
+def _out_of_place(call: ast.Call) -> bool:
+    """``inplace=False``: JAX's ``jnp.add.at``/``jnp.put`` return a new array (NumPy's take no
+    such argument)."""
+    return any(
+        k.arg == "inplace" and isinstance(k.value, ast.Constant) and k.value.value is False for k in call.keywords
+    )
 
 
 #: JAX's control flow: what it hands the functions it is given are tracers, never the arrays.
@@ -843,6 +908,26 @@ def _holds(value: ast.AST, names: set[str]) -> bool:
     return False
 
 
+def _own_parts(stmt: ast.stmt) -> list[ast.AST]:
+    """A statement's own expressions, not its blocks (which :func:`_in_order` reads once each: a
+    walk of the whole statement listed a call once for every block around it, the third red
+    team's 10 s for 60 nested ``if``): an ``except``'s type and a ``case``'s pattern and guard
+    included."""
+    parts: list[ast.AST] = []
+    for field, value in ast.iter_fields(stmt):
+        if field in ("body", "orelse", "finalbody"):
+            continue
+        if field == "handlers":
+            parts += [h.type for h in value if h.type is not None]
+        elif field == "cases":
+            parts += [c.pattern for c in value] + [c.guard for c in value if c.guard is not None]
+        elif isinstance(value, list):
+            parts += [v for v in value if isinstance(v, ast.AST)]
+        elif isinstance(value, ast.AST):
+            parts.append(value)
+    return parts
+
+
 def _in_order(body: list[ast.stmt], *, functions: bool = False) -> list[ast.AST]:
     """The statements of a body and the calls in them, in source order (nested blocks included);
     with ``functions``, the functions defined in it too (not what is inside them)."""
@@ -853,7 +938,7 @@ def _in_order(body: list[ast.stmt], *, functions: bool = False) -> list[ast.AST]
             continue
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
             continue
-        out.extend(n for n in ast.walk(stmt) if isinstance(n, ast.Call))
+        out.extend(n for part in _own_parts(stmt) for n in ast.walk(part) if isinstance(n, ast.Call))
         out.append(stmt)
         blocks = [getattr(stmt, "body", None)]
         blocks += [h.body for h in getattr(stmt, "handlers", None) or ()]
