@@ -314,7 +314,7 @@ def _collect_definitions(cell: str, number: int, found: dict[str, list[str]], de
         return  # the kernel cannot run it either
     except (RecursionError, MemoryError):
         raise CodeUnreadable(f"code cell {number} is nested too deeply for the grader to read") from None
-    lines = list(_source_lines(src))  # as ast counts lines: not at \x0c or \u2028
+    lines = _source_lines(src)  # as ast counts lines: not at \x0c or \u2028
     for node in _module_level(tree.body):
         targets: list[str] = []
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -354,27 +354,29 @@ def _module_level(body: list[ast.stmt]) -> Iterator[ast.stmt]:
         yield node
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
-        blocks = [getattr(node, "body", None)]
-        blocks += [h.body for h in getattr(node, "handlers", None) or ()]  # try: in source order
-        blocks += [getattr(node, "orelse", None), getattr(node, "finalbody", None)]
-        blocks += [c.body for c in getattr(node, "cases", None) or ()]
-        for inner in blocks:
-            if isinstance(inner, list):
-                yield from _module_level(inner)
+        for inner in _blocks(node):
+            yield from _module_level(inner)
 
 
-def _statement_source(src: str, lines: list[str], node: ast.stmt) -> str:
+def _blocks(stmt: ast.stmt) -> list[list[ast.stmt]]:
+    """The statement lists a compound statement holds, in source order (a ``try``'s handlers
+    before its ``else``; a ``match``'s cases)."""
+    blocks = [getattr(stmt, "body", None), *(h.body for h in getattr(stmt, "handlers", None) or ())]
+    blocks += [getattr(stmt, "orelse", None), getattr(stmt, "finalbody", None)]
+    blocks += [c.body for c in getattr(stmt, "cases", None) or ()]
+    return [b for b in blocks if isinstance(b, list)]
+
+
+def _statement_source(src: str, lines: tuple[str, ...], node: ast.stmt) -> str:
     """The source of one statement, its decorators included, dedented if it is in a block."""
-    decorators = getattr(node, "decorator_list", [])
-    if node.col_offset == 0:
-        seg = _segment(src, node)
-        if seg and decorators:  # the segment starts at `def`: its decorators say what it is too
-            seg = "".join(lines[decorators[0].lineno - 1 : node.lineno - 1]) + seg
-        return seg or ""
-    seg = _segment(src, node, padded=True)  # the first line keeps its indentation
+    seg = _segment(src, node, padded=True)  # in a block, the first line keeps its indentation
     if not seg:
         return ""
-    seg = "".join(lines[decorators[0].lineno - 1 : node.lineno - 1]) + seg if decorators else seg
+    decorators = getattr(node, "decorator_list", [])
+    if decorators:  # the segment starts at `def`: its decorators say what it is too
+        seg = "".join(lines[decorators[0].lineno - 1 : node.lineno - 1]) + seg
+    if node.col_offset == 0:
+        return seg
     # the block's indentation off every line (a line of a string that starts further left keeps
     # what it has: textwrap.dedent would then take nothing off, and the text would not parse)
     depth = node.col_offset
@@ -481,24 +483,30 @@ def fresh_jit_in_loop(sources: list[str]) -> str:
     ``jax.jit(lambda ...)``: pass :func:`reachable_sources`); "" when there is none.  Read from
     the notebook on the trusted side: it cannot be forged from the kernel, only written
     differently."""
-    return _fresh_jit(sources, in_loop=True) or _maker_called_in_loop(sources)
+    trees = _parsed(sources)
+    factories = _factories(trees)
+    return _fresh_jit(trees, factories, in_loop=True) or _maker_called_in_loop(trees, factories)
 
 
-def _maker_called_in_loop(sources: list[str]) -> str:
-    """A call, inside a loop of one of the sources' functions, of a function of the sources that
-    makes a new jitted function on every call (itself, or through another such function)."""
-    functions: dict[str, tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]] = {}
+def _parsed(sources: list[str]) -> list[tuple[str, ast.Module]]:
+    """Each source with its tree (a source that does not parse is left out)."""
     trees = []
     for src in sources:
         try:
-            tree = ast.parse(src)
+            trees.append((src, ast.parse(src)))
         except SyntaxError:
             continue
-        trees.append((src, tree))
+    return trees
+
+
+def _maker_called_in_loop(trees: list[tuple[str, ast.Module]], factories: frozenset[str]) -> str:
+    """A call, inside a loop of one of the sources' functions, of a function of the sources that
+    makes a new jitted function on every call (itself, or through another such function)."""
+    functions: dict[str, tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]] = {}
+    for src, tree in trees:
         top = tree.body[0] if tree.body else None
         if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)):
             functions.setdefault(top.name, (src, top))
-    factories = _factories(trees)
     makes: dict[str, str] = {}  # function -> the jit it makes on every call
     for name, (src, func) in functions.items():
         if _cached(func):
@@ -538,17 +546,11 @@ def _loops(func: ast.AST) -> list[ast.AST]:
 def fresh_jit_in_body(sources: list[str]) -> str:
     """Like :func:`fresh_jit_in_loop`, anywhere in a function's body: a jitted function made
     anew on every call compiles on every call."""
-    return _fresh_jit(sources, in_loop=False)
+    trees = _parsed(sources)
+    return _fresh_jit(trees, _factories(trees), in_loop=False)
 
 
-def _fresh_jit(sources: list[str], *, in_loop: bool) -> str:
-    trees = []
-    for src in sources:
-        try:
-            trees.append((src, ast.parse(src)))
-        except SyntaxError:
-            continue
-    factories = _factories(trees)
+def _fresh_jit(trees: list[tuple[str, ast.Module]], factories: frozenset[str], *, in_loop: bool) -> str:
     for src, tree in trees:
         top = tree.body[0] if tree.body else None
         if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)) and _cached(top):
@@ -758,7 +760,7 @@ def _events_of(src: str, body: list[ast.stmt], aliases: set[str]) -> list[tuple[
     holders: set[str] = set()  # names of tuples, lists and dicts that hold the array: `args = (x, v)`
     nested: list[tuple[ast.FunctionDef | ast.AsyncFunctionDef, set[str]]] = []  # and what they can see
     variables = _bound_in(body)  # a name bound here is no notebook function handed a callback
-    for node in _in_order(body, functions=True):
+    for node in _in_order(body):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             nested.append((node, set(aliases)))
             variables.discard(node.name)
@@ -811,6 +813,21 @@ def _out_of_place(call: ast.Call) -> bool:
     )
 
 
+def _is_lax(func: ast.expr) -> bool:
+    """``lax.f`` or ``jax.lax.f`` (not ``jax.tree.map``, which hands its function the leaves)."""
+    if not isinstance(func, ast.Attribute):
+        return False
+    owner = func.value
+    if isinstance(owner, ast.Name):
+        return owner.id == "lax"
+    return (
+        isinstance(owner, ast.Attribute)
+        and owner.attr == "lax"
+        and isinstance(owner.value, ast.Name)
+        and owner.value.id == "jax"
+    )
+
+
 #: JAX's control flow: what it hands the functions it is given are tracers, never the arrays.
 _TRACING_CALLS = frozenset({"fori_loop", "while_loop", "scan", "cond", "switch", "associative_scan", "map"})
 
@@ -825,10 +842,7 @@ def _callbacks(call: ast.Call, names: set[str], variables: set[str]) -> list[tup
     values = [*call.args, *(k.value for k in call.keywords)]
     if not any(_holds(v, names) for v in values):
         return []
-    root = call.func
-    while isinstance(root, ast.Attribute):
-        root = root.value
-    if _called_name(call.func) in _TRACING_CALLS and isinstance(root, ast.Name) and root.id in ("lax", "jax"):
+    if _called_name(call.func) in _TRACING_CALLS and _is_lax(call.func):
         return []
     found: list[tuple[str, frozenset[int] | None]] = []
     for i, v in enumerate(values):
@@ -928,25 +942,20 @@ def _own_parts(stmt: ast.stmt) -> list[ast.AST]:
     return parts
 
 
-def _in_order(body: list[ast.stmt], *, functions: bool = False) -> list[ast.AST]:
-    """The statements of a body and the calls in them, in source order (nested blocks included);
-    with ``functions``, the functions defined in it too (not what is inside them)."""
+def _in_order(body: list[ast.stmt]) -> list[ast.AST]:
+    """The statements of a body, the calls in them and the functions defined in it (not what is
+    inside those), in source order, nested blocks included."""
     out: list[ast.AST] = []
     for stmt in body:
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and functions:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             out.append(stmt)
             continue
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+        if isinstance(stmt, ast.ClassDef):
             continue
         out.extend(n for part in _own_parts(stmt) for n in ast.walk(part) if isinstance(n, ast.Call))
         out.append(stmt)
-        blocks = [getattr(stmt, "body", None)]
-        blocks += [h.body for h in getattr(stmt, "handlers", None) or ()]
-        blocks += [getattr(stmt, "orelse", None), getattr(stmt, "finalbody", None)]
-        blocks += [c.body for c in getattr(stmt, "cases", None) or ()]
-        for inner in blocks:
-            if isinstance(inner, list):
-                out.extend(_in_order(inner, functions=functions))
+        for inner in _blocks(stmt):
+            out.extend(_in_order(inner))
     return out
 
 
@@ -1077,13 +1086,7 @@ def bound_names(cell: str, names: set[str]) -> set[str]:
             found |= {node.name} & names
         elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
             found |= {node.name} & names
-        elif (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr in ("run_cell_magic", "run_line_magic")
-        ):  # the magic's code is a string argument: look into it
-            code = node.args[-1] if node.args else None
-            if isinstance(code, ast.Constant) and isinstance(code.value, str):
-                found |= bound_names(code.value, names)
+        elif isinstance(node, ast.expr) and (code := _magic_code(node)) is not None:
+            found |= bound_names(code, names)  # the magic's code is a string argument: look into it
         todo.extend(ast.iter_child_nodes(node))
     return found

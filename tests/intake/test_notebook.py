@@ -428,6 +428,10 @@ _TIMER = "threading.Timer(0.3, _later, (x, v))"
         ),
         (["def _sq(a):\n    return a * a", "def clamp(x):\n    return list(map(_sq, [x, x]))"], ""),
         (["def _neg(row):\n    row *= -1", "def clamp(x):\n    list(map(_neg, x))\n    return x"], "map(_neg, x)"),
+        (  # not JAX's control flow: jax.tree.map hands its function the leaves themselves
+            ["def _neg(row):\n    row *= -1", "def clamp(x):\n    jax.tree.map(_neg, x)\n    return x"],
+            "jax.tree.map(_neg, x)",
+        ),
         (  # a closure sees the name as it is when it runs: x bound back to the argument
             [
                 "def set_first(x, v):\n    o = x\n    x = np.array(x)\n    def f():\n        x[0] = v\n    x = o\n    f()\n    return x"
