@@ -726,6 +726,27 @@ if True:
         return jax.jit(lambda y: g(y, n))(x)  # a new jitted function on every call"""
 
 
+# session 34's third red team: the jitted function defined inside, with a decorator, on every call
+JC_JIT_EVERY_CALL_DECORATED = """\
+from functools import partial
+
+
+def selu_jit(x, alpha=1.67, lambda_=1.05):
+    @jax.jit
+    def inner(y):  # a new jitted function, and a new compilation, on every call
+        return selu(y, alpha, lambda_)
+
+    return inner(x)
+
+
+def g_static(x, n):
+    @partial(jax.jit, static_argnames="n")
+    def inner(y, n):
+        return g(y, n)
+
+    return inner(x, n)"""
+
+
 def jit_control_flow() -> dict[str, object]:
     build = partial(kit.build, "jit_control_flow")
     head = [md("# Homework: control flow under `jax.jit`"), code(JC_IMPORTS), code(JC_GIVEN)]
@@ -748,6 +769,9 @@ def jit_control_flow() -> dict[str, object]:
             "forge_jit_made_every_call_through_a_factory_and_a_lambda",
             g_static=JC_JIT_EVERY_CALL_WRITTEN_AROUND,
             selu="",
+        ),
+        "forge_jit_made_every_call_by_a_decorated_inner_function.ipynb": nb(
+            "forge_jit_made_every_call_by_a_decorated_inner_function", g_static=JC_JIT_EVERY_CALL_DECORATED, selu=""
         ),
         "forge_jit_made_every_call_under_an_if.ipynb": nb(
             "forge_jit_made_every_call_under_an_if", g_static=JC_JIT_EVERY_CALL_UNDER_AN_IF
