@@ -405,9 +405,11 @@ class _Child:
     """A trusted grading process of this Dask worker thread: one JSON line in, one JSON line out."""
 
     def __init__(self, devices: int, trusted_cache: bool) -> None:
-        # the child imports the same grader as this worker, wherever it is installed
+        # the child imports the same grader as this worker, wherever it is installed, and
+        # nothing from the worker's current folder (`-m` would put it first on the child's path:
+        # PYTHONSAFEPATH, Python 3.11+; grader/batch/forkserver.py)
         path = [str(Path(grader.__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p), "PYTHONSAFEPATH": "1"}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", __name__, str(os.getpid()), str(devices), str(int(trusted_cache))],
             stdin=subprocess.PIPE,

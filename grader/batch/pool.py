@@ -7,8 +7,10 @@ which task a dead process was running.  That task is started again in a fresh pr
 default); if that one is lost too, the task is reported as :class:`Lost`, and the rest of the
 batch goes on in fresh processes.
 
-Processes are spawned (a fork after JAX has started can deadlock), and ``initializer`` runs in
-each before its first task.  A task that raises is a grader bug, but one that costs only that
+Processes are spawned (a fork after JAX has started can deadlock), or, given ``preload``, forked
+from a server that imported those modules once and never started JAX (grader/batch/forkserver.py);
+``initializer`` runs in each before its first task.  Each dies with the pool's process, however
+that ends (:func:`_die_with`).  A task that raises is a grader bug, but one that costs only that
 task: it is reported as :class:`Raised`, with the worker's traceback, and the batch goes on (a TA
 on a deadline gets the rest of the class graded).
 
@@ -26,9 +28,12 @@ cost as much.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
-import multiprocessing
+import os
+import select
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -38,6 +43,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from grader.batch import forkserver
 from grader.host import interrupts
 from grader.host.memory import cap_malloc_arenas, is_out_of_memory, limit_memory, memory_in_words
 
@@ -103,17 +109,66 @@ class _Slot:
     ends: float | None = None  # the task's deadline (time.monotonic()), if it has one
 
 
+def _die_with(parent: int, server: int | None = None) -> None:
+    """SIGKILL this worker when the pool's process ``parent`` ends, however it ends (a SIGKILL
+    too), so that no grading goes on unseen after ``jaxgrade grade`` is gone; its sandboxes die
+    with it (bwrap ``--die-with-parent``).  A spawned worker is ``parent``'s child:
+    ``PR_SET_PDEATHSIG``.  A worker forked from the fork server (``server``: its pid, where the
+    pool could tell) is the server's child: ``PR_SET_PDEATHSIG`` makes it die with the server
+    (the pool learns its workers' ends from the server, so a worker must not outlive it), and a
+    thread waiting on a pidfd of ``parent`` with the pool's process.  Exits at once where the
+    process it must die with is gone already."""
+    if sys.platform.startswith("linux"):
+        pr_set_pdeathsig = 1
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() == parent:
+        return
+    if server is not None and os.getppid() != server:  # the server died before prctl took effect
+        os._exit(1)
+    try:
+        pidfd = os.pidfd_open(parent)
+    except (OSError, AttributeError):
+        os._exit(1)
+
+    def watch() -> None:
+        select.select([pidfd], [], [])  # readable once the process has ended
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="jaxgrade-parent-watch", daemon=True).start()
+
+
 def _serve(
     conn: Connection,
     initializer: Callable[..., None] | None,
     initargs: tuple[Any, ...],
     memory_bytes: int | None = None,
+    parent: int | None = None,
+    env: dict[str, str] | None = None,
+    forked: forkserver.Forked | None = None,
 ) -> None:
     """The worker's loop: one task at a time, until ``None`` or the parent's end closes.  A task
     that runs out of ``memory_bytes`` ends the worker (what it leaves behind is no state to
-    grade the next submission in)."""
+    grade the next submission in).  ``env`` is the pool's process's environment (a fork server's
+    child has the server's); ``forked``: what a worker forked from the fork server takes from
+    the pool besides (grader/batch/forkserver.py).  A forked worker whose packages are not what
+    a spawned one would import answers its first task with ``("origins", why)`` and ends."""
+    if env is not None and os.environ != env:
+        os.environ.clear()
+        os.environ.update(env)
+    why = None
+    if forked is not None:
+        forked.adopt()
+        why = forkserver.differs()
     if memory_bytes is not None:
         cap_malloc_arenas()  # before any thread starts (JAX's, in the initializer or a task)
+    if parent is not None:
+        _die_with(parent, forked.server if forked is not None else None)
+    if why is not None:
+        with contextlib.suppress(EOFError, OSError):
+            if conn.recv() is not None:
+                conn.send(("origins", why))
+        return
     if initializer is not None:
         initializer(*initargs)
     if memory_bytes is not None:
@@ -141,7 +196,8 @@ SWEEP_WAIT = 60.0
 
 
 class TrustedPool:
-    """``jobs`` spawned worker processes; :meth:`run` yields ``(key, result | Lost)`` as they end."""
+    """``jobs`` worker processes (spawned, or forked from the fork server where ``preload`` names
+    what it imports); :meth:`run` yields ``(key, result | Lost)`` as they end."""
 
     def __init__(
         self,
@@ -152,6 +208,7 @@ class TrustedPool:
         attempts: int = 2,
         memory_bytes: int | None = None,
         on_death: Callable[[], None] | None = None,
+        preload: Sequence[str] = (),
     ) -> None:
         if jobs < 1 or attempts < 1:
             raise ValueError("jobs and attempts must be at least 1")
@@ -162,7 +219,8 @@ class TrustedPool:
         self.on_death = on_death
         self._sweeps: list[threading.Thread] = []
         self._sweeping = threading.Lock()  # one at a time
-        self._ctx = multiprocessing.get_context("spawn")
+        #: modules the workers' fork server imports once (grader/batch/forkserver.py); () spawns them
+        self.preload = tuple(preload)
         self._init, self._initargs = initializer, initargs
         self._slots: list[_Slot] = []
         self._limit_hit: dict[Hashable, str | None] = {}  # a task's first try past the memory limit
@@ -175,12 +233,25 @@ class TrustedPool:
         self.close(kill=exc[0] is not None)
 
     def _start(self) -> _Slot:
-        parent, child = self._ctx.Pipe(duplex=True)
-        proc = self._ctx.Process(
-            target=_serve, args=(child, self._init, self._initargs, self.memory_bytes), daemon=True
+        ctx, forked = forkserver.context(self.preload)
+        parent, child = ctx.Pipe(duplex=True)
+        extra = forkserver.Forked.from_here() if forked else None
+        proc = ctx.Process(
+            target=_serve,
+            args=(child, self._init, self._initargs, self.memory_bytes, os.getpid(), dict(os.environ), extra),
+            daemon=True,
         )
-        proc.start()
-        child.close()
+        try:
+            with forkserver.safe_path():
+                proc.start()
+        except Exception as exc:
+            parent.close()
+            if not forked:
+                raise
+            forkserver.turn_off(f"a worker did not start from it: {exc}")
+            return self._start()
+        finally:
+            child.close()
         self.started += 1
         return _Slot(proc, parent)
 
@@ -242,6 +313,12 @@ class TrustedPool:
                     if status == "memory":  # the worker ends: a loss, tried once more
                         yield from self._lost(slot, key, tries, queue, limit=over_memory(self.memory_bytes or 0))
                         continue
+                    if status == "origins":  # a forked worker that must not grade: no try, spawn
+                        forkserver.turn_off(str(value))
+                        self._drop(slot)
+                        tries[key] -= 1
+                        queue.appendleft((key, slot.args))
+                        continue
                     slot.key, slot.args, slot.ends = None, (), None
                     yield key, Raised(str(value)) if status == "raised" else value
         except BaseException:
@@ -274,6 +351,17 @@ class TrustedPool:
             queue.appendleft((key, args))
             return
         yield key, lost
+
+    def _drop(self, slot: _Slot) -> None:
+        """A worker that ended before it took its task (nothing of it to sweep)."""
+        slot.proc.join(timeout=10)
+        if slot.proc.is_alive():
+            with contextlib.suppress(Exception):
+                slot.proc.kill()
+            slot.proc.join(timeout=10)
+        with contextlib.suppress(OSError):
+            slot.conn.close()
+        self._slots.remove(slot)
 
     def _overran(
         self,

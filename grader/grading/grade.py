@@ -30,6 +30,7 @@ import nbformat
 import pytest
 
 from grader import __version__
+from grader.batch import forkserver
 from grader.batch.pool import Lost, Raised, TrustedPool, over_memory
 from grader.course.config import BrokenTestsError, check_requirements, load_course
 from grader.errors import SubmissionError
@@ -878,7 +879,8 @@ def _grade_many(
             if on_result:
                 on_result(p, rec)
         return out
-    # trusted worker processes (spawned: a fork after JAX starts can deadlock), started with the
+    # trusted worker processes (forked from a server that imported JAX and pytest but never
+    # started a backend, or spawned: a fork after JAX starts can deadlock), started with the
     # assignment's device count so that references match the sandbox's setting.  A worker lost
     # mid-grading (the OOM killer, a kill) costs only its submission: it is graded again in a
     # fresh process, and a second loss gives that submission the status "lost".  The cache is
@@ -890,7 +892,7 @@ def _grade_many(
         warm_args = ("warm", root, assignment.name, iso, str(plan.folder), plan.alternatives, graded is not None)
         tasks.append((_WARM, warm_args))
     tasks += [(p, ("grade", root, assignment.name, str(p), students.get(p), iso, public_only, cached)) for p in paths]
-    initargs = (devices, os.getpid(), cache and iso == "bwrap")
+    initargs = (devices, None, cache and iso == "bwrap")  # None: the pool makes them die with this process
     memory, seconds = trusted_limits(assignment)
     notebooks = 1 + (len(assignment.alternatives()) if plan is not None and plan.alternatives else 0)
 
@@ -903,6 +905,7 @@ def _grade_many(
         initargs=initargs,
         memory_bytes=memory,
         on_death=sweep_after_lost_grader,  # a killed worker's sandboxes leave scratch and cgroups
+        preload=forkserver.GRADING,  # forked from a process that imported JAX and pytest once
     ) as pool:
         # an exception here (Ctrl-C, a failed commit, a grader bug) closes the generator, which
         # kills every worker: their sandboxes die with them (bwrap --die-with-parent)
@@ -1026,21 +1029,23 @@ def _bug_record(assignment: Assignment, path: Path, student: str | None, raised:
     )
 
 
-def _init_worker(devices: int, parent: int, trusted_cache: bool = False) -> None:
+def _init_worker(devices: int, parent: int | None, trusted_cache: bool = False) -> None:
     """A trusted worker: the parent's device count, the sandboxes' compile flags, its own
     compilations kept for the next worker (``trusted_cache``: bubblewrap sandboxes, the cache
-    on; :func:`grader.host.xla_cache.use_trusted_cache`), and death with the parent (even when
-    the parent is SIGKILLed, so that no grading goes on, unseen, after ``jaxgrade grade`` is gone)."""
+    on; :func:`grader.host.xla_cache.use_trusted_cache`), and death with its ``parent`` process
+    (even when the parent is SIGKILLed, so that no grading goes on, unseen, after ``jaxgrade
+    grade`` is gone; None: a pool's worker, which the pool makes die with it)."""
     _set_trusted_devices(devices, fast_compile=True)
     if trusted_cache:
         xla_cache.use_trusted_cache()
     protect_trusted()  # the OOM killer must pick a sandbox, never a trusted worker (a lost batch)
-    if sys.platform.startswith("linux"):
-        pr_set_pdeathsig = 1
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
-    if os.getppid() != parent:  # the parent died before prctl took effect
-        os._exit(1)
+    if parent is not None:
+        if sys.platform.startswith("linux"):
+            pr_set_pdeathsig = 1
+            with contextlib.suppress(OSError, AttributeError):
+                ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
 
 
