@@ -39,7 +39,12 @@ ways it could differ:
   outlived the server would grade on, unseen); and a thread waiting on a pidfd of the pool's
   process makes it die with that too (``grader.batch.pool._die_with``).  A server lost mid-batch
   (the OOM killer, a ``kill``) costs the notebooks its workers were grading a try each, as any
-  lost worker does, and the next worker starts a new server.
+  lost worker does.  A forked worker that exits before its first answer (its server lost, or an
+  import that failed before :func:`differs` could look) turns the server off: the pool spawns
+  from then on.
+- **what is not the same.**  Forked workers share the server's string hash seed (spawned ones
+  draw their own), and start with the server's mappings in their address space (about 80 MB
+  more than a spawned worker's before its first task, against a limit of 8 GiB and more).
 
 Where any of this is not available (Python before 3.11, no ``pidfd_open``, no fork server, a
 fork server this process did not start) the pool spawns its workers, as it always did.
@@ -102,8 +107,9 @@ def unavailable() -> str | None:
 def context(preload: Sequence[str]) -> tuple[BaseContext, bool]:
     """The context to start a worker in, and whether it is the fork server's (then the worker
     gets a :class:`Forked` besides).  The server is started here, the first time, with
-    ``preload`` and this process's environment; a later call with another environment or
-    another ``preload`` gets the spawn context."""
+    ``preload`` and this process's environment, and started again where it has died since (so
+    that :func:`server_pid` names the one the worker will be forked from); a later call with
+    another environment or another ``preload`` gets the spawn context."""
     global _server, _off
     spawn = multiprocessing.get_context("spawn")
     if not preload:
@@ -115,23 +121,22 @@ def context(preload: Sequence[str]) -> tuple[BaseContext, bool]:
         env = _read_at_import(os.environ)
         if _server is None and server_pid() is not None:  # another's server: its environment is not known
             return spawn, False
-        if _server is None:
-            ctx = multiprocessing.get_context("forkserver")
-            ctx.set_forkserver_preload(list(preload))
-            try:
-                with safe_path():
-                    from multiprocessing import forkserver
-
-                    forkserver.ensure_running()
-            except Exception as exc:  # the server's start, not a task: spawn instead
-                _off = f"the fork server did not start: {exc}"
-                log.info("spawning the trusted workers: %s", _off)
-                return spawn, False
-            _server = {"env": env, "preload": tuple(preload)}
-            return ctx, True
-        if _server["env"] != env or _server["preload"] != tuple(preload):
+        if _server is not None and (_server["env"] != env or _server["preload"] != tuple(preload)):
             return spawn, False
-        return multiprocessing.get_context("forkserver"), True
+        ctx = multiprocessing.get_context("forkserver")
+        if _server is None:
+            ctx.set_forkserver_preload(list(preload))
+        try:
+            with safe_path():
+                from multiprocessing import forkserver
+
+                forkserver.ensure_running()  # nothing where it runs; a new one where it died
+        except Exception as exc:  # the server's start, not a task: spawn instead
+            _off = f"the fork server did not start: {exc}"
+            log.info("spawning the trusted workers: %s", _off)
+            return spawn, False
+        _server = {"env": env, "preload": tuple(preload)}
+        return ctx, True
 
 
 def _read_at_import(env: Any) -> dict[str, str]:
@@ -157,7 +162,7 @@ def server_pid() -> int | None:
     return getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
 
 
-_flags_lock = threading.Lock()
+_flags_lock = threading.RLock()
 
 
 @contextlib.contextmanager
@@ -168,15 +173,16 @@ def safe_path() -> Iterator[None]:
     environment, which other threads may be reading."""
     from multiprocessing import util
 
-    flags = getattr(util, "_args_from_interpreter_flags", None)
-    if sys.version_info < (3, 11) or flags is None or sys.flags.safe_path:
-        yield
-        return
+    with _flags_lock:  # read and replaced under the lock: a second thread must not take ours as theirs
+        flags = getattr(util, "_args_from_interpreter_flags", None)
+        if sys.version_info < (3, 11) or flags is None or sys.flags.safe_path:
+            yield
+            return
 
-    def with_safe_path() -> list[str]:
-        return [*flags(), "-P"]
+        def with_safe_path() -> list[str]:
+            args = flags()
+            return args if "-P" in args else [*args, "-P"]
 
-    with _flags_lock:
         util._args_from_interpreter_flags = with_safe_path
         try:
             yield

@@ -107,6 +107,8 @@ class _Slot:
     key: Hashable | None = None
     args: tuple[Any, ...] = field(default_factory=tuple)
     ends: float | None = None  # the task's deadline (time.monotonic()), if it has one
+    forked: bool = False  # forked from the fork server (grader/batch/forkserver.py)
+    answered: bool = False  # has answered a task
 
 
 def _die_with(parent: int, server: int | None = None) -> None:
@@ -165,9 +167,11 @@ def _serve(
     if parent is not None:
         _die_with(parent, forked.server if forked is not None else None)
     if why is not None:
+        with contextlib.suppress(Exception):  # the task's module may not import with these packages
+            if conn.recv() is None:
+                return
         with contextlib.suppress(EOFError, OSError):
-            if conn.recv() is not None:
-                conn.send(("origins", why))
+            conn.send(("origins", why))
         return
     if initializer is not None:
         initializer(*initargs)
@@ -253,7 +257,7 @@ class TrustedPool:
         finally:
             child.close()
         self.started += 1
-        return _Slot(proc, parent)
+        return _Slot(proc, parent, forked=forked)
 
     def run(
         self,
@@ -319,7 +323,7 @@ class TrustedPool:
                         tries[key] -= 1
                         queue.appendleft((key, slot.args))
                         continue
-                    slot.key, slot.args, slot.ends = None, (), None
+                    slot.key, slot.args, slot.ends, slot.answered = None, (), None, True
                     yield key, Raised(str(value)) if status == "raised" else value
         except BaseException:
             self.close(kill=True)
@@ -340,6 +344,11 @@ class TrustedPool:
                 slot.proc.kill()
             slot.proc.join(timeout=10)
         exitcode = slot.proc.exitcode
+        if slot.forked and not slot.answered and limit is None and exitcode is not None and exitcode > 0:
+            # an exit before its first answer: a package of the server's that this process's
+            # path would not import may have failed an import before forkserver.differs could
+            # look (a spawned worker would have been fine); the retry is spawned
+            forkserver.turn_off(f"a worker forked from it exited before its first answer (exit code {exitcode})")
         with contextlib.suppress(OSError):
             slot.conn.close()
         self._slots.remove(slot)

@@ -277,3 +277,69 @@ def test_a_forked_grading_worker_keeps_its_compilations_and_the_sandboxes_flags(
     assert ppid != out["me"] and devices == 2
     assert all(flag in flags.split() for flag in fast_compile_flags())
     assert folder and Path(folder).is_dir() and any(p.name.endswith("-cache") for p in Path(folder).iterdir())
+
+
+def test_a_fork_server_killed_mid_task_costs_that_task_a_try_and_the_pool_spawns_from_then_on(tmp_path: Path) -> None:
+    """The worker dies with the server (the pool would not see it end otherwise): its task is
+    graded again, by a spawned worker."""
+    started = tmp_path / "started"
+    out = run_script(
+        tmp_path,
+        defs=f"""
+        def slow():
+            open({str(started)!r}, "w").write(str(os.getpid()))
+            time.sleep(3)
+            return os.getppid()
+        """,
+        body=f"""
+        import signal, threading
+        first = run(forkserver.GRADING)  # the server is up
+        killed = []
+        def kill_the_server():
+            while not os.path.exists({str(started)!r}):
+                time.sleep(0.05)
+            killed.append(forkserver.server_pid())
+            os.kill(killed[0], signal.SIGKILL)
+        threading.Thread(target=kill_the_server, daemon=True).start()
+        with TrustedPool(1, preload=forkserver.GRADING) as pool:
+            got = [r for _, r in pool.run(slow, [(0, ())])]
+            started_workers = pool.started
+        print(json.dumps({{"me": os.getpid(), "got": [repr(g) if not isinstance(g, int) else g for g in got],
+                          "killed": killed, "off": forkserver._off, "started": started_workers}}))
+        """,
+    )
+    assert out["got"] == [out["me"]], out  # graded again, by a spawned worker: not a Lost
+    assert out["started"] == 2 and out["killed"] and "exited before its first answer" in out["off"]
+
+
+def test_a_task_that_will_not_import_with_the_servers_packages_is_graded_by_a_spawned_worker(tmp_path: Path) -> None:
+    """Another ``yaml`` first on the pool's path, and modules that need it: the task's module
+    (which fails to unpickle in a forked worker) and the main script itself (which a forked
+    worker imports before it can check anything). Every task is done, by spawned workers."""
+    other = tmp_path / "elsewhere"
+    (other / "yaml").mkdir(parents=True)
+    (other / "yaml" / "__init__.py").write_text("WHICH = 'elsewhere'\n", encoding="utf-8")
+    (other / "needs_it.py").write_text(
+        "import os\nfrom yaml import WHICH\n\ndef which():\n    return os.getppid(), WHICH\n", encoding="utf-8"
+    )
+    for where in ("task", "main"):
+        out = run_script(
+            tmp_path,
+            defs=f"""
+            sys.path.insert(0, {str(other)!r})
+            if {where == "main"!r} and __name__ != "__main__":
+                from yaml import WHICH  # a forked worker's import of this script fails
+            """,
+            body=f"""
+            sys.path.remove({str(other)!r})
+            run(forkserver.GRADING)  # the server starts without the other yaml on its path
+            sys.path.insert(0, {str(other)!r})
+            import needs_it
+            with TrustedPool(1, preload=forkserver.GRADING) as pool:
+                got = [r for _, r in pool.run(needs_it.which, [(0, ()), (1, ())])]
+            print(json.dumps({{"me": os.getpid(), "got": [list(g) if isinstance(g, tuple) else repr(g) for g in got],
+                              "off": forkserver._off}}))
+            """,
+        )
+        assert out["got"] == [[out["me"], "elsewhere"]] * 2, (where, out)
+        assert out["off"] is not None, where
