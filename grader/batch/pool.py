@@ -111,6 +111,17 @@ class _Slot:
     answered: bool = False  # has answered a task
 
 
+def _reap(slot: _Slot) -> None:
+    """Wait for a worker that is ending (killed after 10 s) and close its pipe."""
+    slot.proc.join(timeout=10)
+    if slot.proc.is_alive():
+        with contextlib.suppress(Exception):
+            slot.proc.kill()
+        slot.proc.join(timeout=10)
+    with contextlib.suppress(OSError):
+        slot.conn.close()
+
+
 def _die_with(parent: int, server: int | None = None) -> None:
     """SIGKILL this worker when the pool's process ``parent`` ends, however it ends (a SIGKILL
     too), so that no grading goes on unseen after ``jaxgrade grade`` is gone; its sandboxes die
@@ -338,19 +349,13 @@ class TrustedPool:
         limit: str | None = None,
     ) -> Iterator[tuple[Hashable, Any]]:
         args = slot.args
-        slot.proc.join(timeout=10)
-        if slot.proc.is_alive():  # said it ran out of memory, and is slow to end
-            with contextlib.suppress(Exception):
-                slot.proc.kill()
-            slot.proc.join(timeout=10)
+        _reap(slot)  # it said it ran out of memory, or died: it ends, or is killed
         exitcode = slot.proc.exitcode
         if slot.forked and not slot.answered and limit is None and exitcode is not None and exitcode > 0:
             # an exit before its first answer: a package of the server's that this process's
             # path would not import may have failed an import before forkserver.differs could
             # look (a spawned worker would have been fine); the retry is spawned
             forkserver.turn_off(f"a worker forked from it exited before its first answer (exit code {exitcode})")
-        with contextlib.suppress(OSError):
-            slot.conn.close()
         self._slots.remove(slot)
         self._after_death()
         limit = self._limit_hit.setdefault(key, limit) or limit  # a try that ran past it, named
@@ -363,13 +368,7 @@ class TrustedPool:
 
     def _drop(self, slot: _Slot) -> None:
         """A worker that ended before it took its task (nothing of it to sweep)."""
-        slot.proc.join(timeout=10)
-        if slot.proc.is_alive():
-            with contextlib.suppress(Exception):
-                slot.proc.kill()
-            slot.proc.join(timeout=10)
-        with contextlib.suppress(OSError):
-            slot.conn.close()
+        _reap(slot)
         self._slots.remove(slot)
 
     def _overran(
@@ -421,13 +420,7 @@ class TrustedPool:
                 with contextlib.suppress(OSError, ValueError):
                     slot.conn.send(None)
         for slot in self._slots:
-            slot.proc.join(timeout=10)
-            if slot.proc.is_alive():
-                with contextlib.suppress(Exception):
-                    slot.proc.kill()
-                slot.proc.join(timeout=10)
-            with contextlib.suppress(OSError):
-                slot.conn.close()
+            _reap(slot)
         self._slots = []
         if killed:
             self._after_death()
