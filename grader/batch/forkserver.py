@@ -1,13 +1,13 @@
 """Trusted workers forked from a process that has imported their heavy modules once.
 
 A spawned trusted worker imports JAX, pytest and the notebook machinery before its first task:
-1 to 2.5 CPU seconds on 2 cores, depending on the day (bench/README.md, "Session 35"), paid
-again by every worker of every batch.  A :class:`~grader.batch.pool.TrustedPool` given
+about 1.3 CPU seconds in session 35, more or less with the machine's speed that day
+(bench/README.md, "Session 35"), paid again by every worker of every batch.  A :class:`~grader.batch.pool.TrustedPool` given
 ``preload`` starts its workers from multiprocessing's fork server instead: one process imports
 those modules, never starting a JAX backend (a fork after that can deadlock), and each worker
 is a fork of it, ready at once.  The server lives as long as the process that started it (the
 ``jaxgrade grade`` command, a test session's worker), so every later pool of that process pays
-nothing for the imports.
+only for grader's own modules (which come from the pool's ``sys.path``, not the server's).
 
 The server and its children are trusted code, started from the trusted process: nothing a
 student wrote reaches them (sandboxes are started by the workers, as before, with
@@ -92,7 +92,7 @@ def unavailable() -> str | None:
     if os.environ.get("JAXGRADE_FORKSERVER", "") == "0":
         return "JAXGRADE_FORKSERVER=0"
     if sys.version_info < (3, 11):
-        return "Python before 3.11 has no PYTHONSAFEPATH"
+        return "Python before 3.11 cannot keep the current folder off a child's path (-P)"
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return "this platform has no fork server"
     if not hasattr(os, "pidfd_open"):
