@@ -12,10 +12,14 @@ machine's drift falls on both:
    Printed: the wall seconds of the first pool and of the next ones (mean), and the CPU seconds
    of the whole process tree (the workers, the fork server, the resource tracker and the Python
    itself), from the rusage of its reaped descendants (this script is their subreaper, so the
-   fork server, which outlives its Python, counts too).
+   fork server, which outlives its Python, counts too), and its ratio to the baseline's.  A run
+   of the "now" way whose workers were not forked after all stops the script.
 2. **The sample class** (``--class-rounds``, 0 to skip): ``jaxgrade grade --assignment
-   vmap_convolve --jobs J examples/class`` with a fresh cache home each run: wall seconds, CPU
-   seconds of the whole process tree (sandboxes included), and whether every record is the same.
+   vmap_convolve --jobs J examples/class`` with a fresh cache home each run: wall seconds and
+   their ratio to the baseline's; the host side's CPU seconds (the command, its trusted workers
+   and the fork server, from the same rusage: the sandboxes' processes are not in it, as they
+   end killed inside their PID namespace, with nobody to hand their rusage up); the sandboxes'
+   own CPU seconds from the records (their cgroups'); and whether every record is the same.
 
     python bench/pool_start.py                       # 3 rounds of each
     python bench/pool_start.py --rounds 5 --class-rounds 0
@@ -56,7 +60,6 @@ from grader.grading.grade import _init_worker
 def like_a_grading():
     import jax.numpy, pytest, nbformat  # noqa: F401
     import grader.grading.grade, grader.grading.plugin, grader.testing  # noqa: F401
-    return time.process_time()
 
 if __name__ == "__main__":
     walls = []
@@ -65,7 +68,7 @@ if __name__ == "__main__":
         with TrustedPool({jobs}, initializer=_init_worker, initargs=(1, None, False), preload=forkserver.GRADING) as pool:
             list(pool.run(like_a_grading, [(i, ()) for i in range({jobs})]))
         walls.append(time.monotonic() - t)
-    print(json.dumps({{"walls": walls, "forked": forkserver._server is not None}}))
+    print(json.dumps({{"walls": walls, "forked": forkserver._server is not None and forkserver._off is None}}))
 """
 
 
@@ -119,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
             for way, extra in WAYS.items():
                 done, _, cpu = tree_cpu([sys.executable, str(script)], {**base_env, **extra}, Path(tmp))
                 got = json.loads(done.stdout.strip().splitlines()[-1])
+                if got["forked"] != (not extra):
+                    sys.exit(f"{way}: the workers were {'' if got['forked'] else 'not '}forked: {done.stderr[-2000:]}")
                 pools[way].append(
                     {"first": got["walls"][0], "next": statistics.mean(got["walls"][1:] or [0.0]), "cpu": cpu}
                 )
@@ -126,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             f"\n{args.pools} pools in a row in one Python, {args.jobs} workers each (grade_many's setup), "
             f"one task each that imports what a grading imports; {args.rounds} round(s), alternating"
         )
-        print(f"{'workers':<40} {'first pool s':>12} {'next pools s':>12} {'tree CPU s':>10} {'vs baseline':>11}")
+        print(f"{'workers':<40} {'first pool s':>12} {'next pools s':>12} {'tree CPU s':>10} {'CPU vs base':>11}")
         base = statistics.mean(r["cpu"] for r in pools["JAXGRADE_FORKSERVER=0 (baseline)"])
         for way, runs in pools.items():
             first = statistics.mean(r["first"] for r in runs)
@@ -152,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.class_rounds} round(s), alternating"
         )
         print(
-            f"{'workers':<40} {'wall s (each run)':>22} {'mean s':>7} {'tree CPU s':>10} {'sandbox CPU s':>13} {'vs baseline':>11}"
+            f"{'workers':<40} {'wall s (each run)':>22} {'mean s':>7} {'host CPU s':>10} {'sandbox CPU s':>13} {'wall vs base':>12}"
         )
         base_wall = statistics.mean(r["wall"] for r in runs["JAXGRADE_FORKSERVER=0 (baseline)"])
         for way, rs in runs.items():
@@ -160,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             mean = statistics.mean(r["wall"] for r in rs)
             cpu = statistics.mean(r["tree"] for r in rs)
             sandbox = statistics.mean(r["cpu"] for r in rs)
-            print(f"{way:<40} {walls:>22} {mean:7.1f} {cpu:10.1f} {sandbox:13.1f} {mean / base_wall:10.2f}x")
+            print(f"{way:<40} {walls:>22} {mean:7.1f} {cpu:10.1f} {sandbox:13.1f} {mean / base_wall:11.2f}x")
         same = same_records([r["verdicts"] for rs in runs.values() for r in rs], n)
         return 0 if same else 1
 

@@ -407,7 +407,7 @@ class _Child:
     def __init__(self, devices: int, trusted_cache: bool) -> None:
         # the child imports the same grader as this worker, wherever it is installed, and
         # nothing from the worker's current folder (`-m` would put it first on the child's path:
-        # PYTHONSAFEPATH, Python 3.11+; grader/batch/forkserver.py)
+        # PYTHONSAFEPATH, Python 3.11+, as grader/batch/forkserver.py's -P for a pool's workers)
         path = [str(Path(grader.__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p), "PYTHONSAFEPATH": "1"}
         self.proc = subprocess.Popen(

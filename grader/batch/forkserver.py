@@ -1,7 +1,7 @@
 """Trusted workers forked from a process that has imported their heavy modules once.
 
 A spawned trusted worker imports JAX, pytest and the notebook machinery before its first task:
-about 1.3 CPU seconds in session 35, more or less with the machine's speed that day
+about 1.5 CPU seconds in session 35, more or less with the machine's speed that day
 (bench/README.md, "Session 35"), paid again by every worker of every batch.  A :class:`~grader.batch.pool.TrustedPool` given
 ``preload`` starts its workers from multiprocessing's fork server instead: one process imports
 those modules, never starting a JAX backend (a fork after that can deadlock), and each worker

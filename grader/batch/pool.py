@@ -10,7 +10,7 @@ batch goes on in fresh processes.
 Processes are spawned (a fork after JAX has started can deadlock), or, given ``preload``, forked
 from a server that imported those modules once and never started JAX (grader/batch/forkserver.py);
 ``initializer`` runs in each before its first task.  Each dies with the pool's process, however
-that ends (:func:`_die_with`).  A task that raises is a grader bug, but one that costs only that
+that ends (:func:`die_with`).  A task that raises is a grader bug, but one that costs only that
 task: it is reported as :class:`Raised`, with the worker's traceback, and the batch goes on (a TA
 on a deadline gets the rest of the class graded).
 
@@ -111,8 +111,12 @@ class _Slot:
     answered: bool = False  # has answered a task
 
 
-def _reap(slot: _Slot) -> None:
-    """Wait for a worker that is ending (killed after 10 s) and close its pipe."""
+def _reap(slot: _Slot, *, kill: bool = False) -> None:
+    """Wait for a worker that is ending (killed after 10 s, or at once with ``kill``) and close
+    its pipe."""
+    if kill:
+        with contextlib.suppress(Exception):
+            slot.proc.kill()
     slot.proc.join(timeout=10)
     if slot.proc.is_alive():
         with contextlib.suppress(Exception):
@@ -122,20 +126,22 @@ def _reap(slot: _Slot) -> None:
         slot.conn.close()
 
 
-def _die_with(parent: int, server: int | None = None) -> None:
-    """SIGKILL this worker when the pool's process ``parent`` ends, however it ends (a SIGKILL
-    too), so that no grading goes on unseen after ``jaxgrade grade`` is gone; its sandboxes die
-    with it (bwrap ``--die-with-parent``).  A spawned worker is ``parent``'s child:
-    ``PR_SET_PDEATHSIG``.  A worker forked from the fork server (``server``: its pid, where the
-    pool could tell) is the server's child: ``PR_SET_PDEATHSIG`` makes it die with the server
-    (the pool learns its workers' ends from the server, so a worker must not outlive it), and a
-    thread waiting on a pidfd of ``parent`` with the pool's process.  Exits at once where the
-    process it must die with is gone already."""
+def die_with(parent: int, *, forked: bool = False, server: int | None = None) -> None:
+    """SIGKILL this trusted process when ``parent`` ends, however it ends (a SIGKILL too), so
+    that no grading goes on unseen after ``jaxgrade grade`` (or a Dask worker) is gone; its
+    sandboxes die with it (bwrap ``--die-with-parent``).  A child of ``parent``:
+    ``PR_SET_PDEATHSIG``, and an exit at once where ``parent`` died before that took effect.  A
+    pool worker ``forked`` from the fork server (``server``: its pid, where the pool could tell)
+    is the server's child: ``PR_SET_PDEATHSIG`` makes it die with the server (the pool learns
+    its workers' ends from the server, so a worker must not outlive it), and a thread waiting on
+    a pidfd of ``parent`` with the pool's process."""
     if sys.platform.startswith("linux"):
         pr_set_pdeathsig = 1
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
-    if os.getppid() == parent:
+    if not forked:
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
         return
     if server is not None and os.getppid() != server:  # the server died before prctl took effect
         os._exit(1)
@@ -176,7 +182,7 @@ def _serve(
     if memory_bytes is not None:
         cap_malloc_arenas()  # before any thread starts (JAX's, in the initializer or a task)
     if parent is not None:
-        _die_with(parent, forked.server if forked is not None else None)
+        die_with(parent, forked=forked is not None, server=forked.server if forked is not None else None)
     if why is not None:
         with contextlib.suppress(Exception):  # the task's module may not import with these packages
             if conn.recv() is None:
@@ -281,7 +287,7 @@ class TrustedPool:
         ``(key, Raised)`` (never tried again: a bug does not go away in a fresh process).
         ``deadline(key)`` is the seconds a try of that task may take (None: no limit).
 
-        ``fn`` must be importable by name (a module-level function): it is sent to a spawned
+        ``fn`` must be importable by name (a module-level function): it is sent to a worker
         process.  Closing the generator early (an exception in the caller's loop) kills every
         worker, so nothing goes on grading unseen."""
         queue = deque(tasks)
@@ -294,6 +300,8 @@ class TrustedPool:
                 for i, slot in enumerate(self._slots):
                     if slot.key is None and queue and not slot.proc.is_alive():
                         slot.proc.join(timeout=1)  # died between tasks: nothing lost, replace it
+                        if slot.forked and not slot.answered:  # as in _lost: spawn the next ones
+                            forkserver.turn_off("a worker forked from it ended before its first task")
                         with contextlib.suppress(OSError):
                             slot.conn.close()
                         slot = self._slots[i] = self._start()
@@ -379,11 +387,7 @@ class TrustedPool:
         deadline: Callable[[Hashable], float | None] | None,
     ) -> Lost:
         """Kill the worker of a task past its deadline: a :class:`Lost`, not tried again."""
-        with contextlib.suppress(Exception):
-            slot.proc.kill()
-        slot.proc.join(timeout=10)
-        with contextlib.suppress(OSError):
-            slot.conn.close()
+        _reap(slot, kill=True)
         self._slots.remove(slot)
         self._after_death()
         seconds = deadline(key) if deadline is not None else None

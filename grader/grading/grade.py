@@ -8,7 +8,6 @@ Student failures become data in the record; only a bug in the grader raises.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import hashlib
 import importlib.util
 import logging
@@ -31,7 +30,7 @@ import pytest
 
 from grader import __version__
 from grader.batch import forkserver
-from grader.batch.pool import Lost, Raised, TrustedPool, over_memory
+from grader.batch.pool import Lost, Raised, TrustedPool, die_with, over_memory
 from grader.course.config import BrokenTestsError, check_requirements, load_course
 from grader.errors import SubmissionError
 from grader.grading import checks
@@ -1040,12 +1039,7 @@ def _init_worker(devices: int, parent: int | None, trusted_cache: bool = False) 
         xla_cache.use_trusted_cache()
     protect_trusted()  # the OOM killer must pick a sandbox, never a trusted worker (a lost batch)
     if parent is not None:
-        if sys.platform.startswith("linux"):
-            pr_set_pdeathsig = 1
-            with contextlib.suppress(OSError, AttributeError):
-                ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os._exit(1)
+        die_with(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
 
 

@@ -33,6 +33,7 @@ from grader.batch.cluster import (
     CourseBundle,
     CourseMismatch,
     _check,
+    _Child,
     _in_child,
     _lock,
     _private_dir,
@@ -700,3 +701,22 @@ def test_a_task_stops_only_when_the_scheduler_no_longer_wants_its_result(monkeyp
     ]:
         state[:] = [answer]
         assert stopped() is stops, answer
+
+
+def test_a_grading_child_imports_nothing_from_the_dask_workers_current_folder(tmp_path: Path, monkeypatch) -> None:
+    """`python -m` puts the current folder first on the child's path: a ``yaml`` planted in the
+    folder the Dask worker runs in (which grader imports) would run in the trusted child, as root.
+    The child starts with PYTHONSAFEPATH (it failed on the code before: the child died)."""
+    planted, marker = tmp_path / "folder", tmp_path / "PLANTED"
+    (planted / "yaml").mkdir(parents=True)
+    (planted / "yaml" / "__init__.py").write_text(
+        f"open({str(marker)!r}, 'a').write('yaml')\nraise ImportError('planted')\n", encoding="utf-8"
+    )
+    monkeypatch.chdir(planted)
+    child = _Child(1, False)
+    try:
+        got = child.call(["no such task"])
+    finally:
+        child.close()
+    assert isinstance(got, Raised) and "unknown trusted task" in got.traceback, got
+    assert not marker.exists()

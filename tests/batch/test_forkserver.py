@@ -21,6 +21,8 @@ import pytest
 from grader.batch import forkserver
 
 REPO = Path(__file__).resolve().parents[2]
+#: the scripts' environment: these tests are about the fork server, whatever this run's setting
+BASE_ENV = {k: v for k, v in os.environ.items() if k != "JAXGRADE_FORKSERVER"}
 
 pytestmark = pytest.mark.skipif(
     forkserver.unavailable() not in (None, "JAXGRADE_FORKSERVER=0"), reason=f"{forkserver.unavailable()}"
@@ -60,7 +62,7 @@ def run_script(tmp_path: Path, body: str, *, defs: str = "", cwd: Path | None = 
     proc = subprocess.run(
         [sys.executable, str(script)],
         cwd=cwd or tmp_path,
-        env={**os.environ, **(env or {})},
+        env={**BASE_ENV, **(env or {})},
         capture_output=True,
         text=True,
         timeout=300,
@@ -86,10 +88,9 @@ def test_a_preloading_pool_forks_its_workers_with_this_processs_environment(tmp_
     assert out["off"] is None
     for r in out["forked"] + out["later"]:
         assert r["ppid"] != me and r["jax_preloaded"], r  # a child of the server, JAX imported
-    # the pool's environment, without the PYTHONSAFEPATH the start had
+    # the pool's environment as it was at each pool's start, whatever the server's was
     assert all(r["env"] == {k: v for k, v in out["env"].items() if k != "JAXGRADE_LATER"} for r in out["forked"])
-    assert all(r["env"] == out["env"] for r in out["later"])
-    assert all("PYTHONSAFEPATH" not in r["env"] for r in out["forked"] + out["spawned"])
+    assert all(r["env"] == out["env"] for r in out["later"] + out["spawned"])
     assert all(r["ppid"] == me and not r["jax_preloaded"] for r in out["spawned"])
 
 
@@ -170,8 +171,9 @@ def test_a_forked_worker_writes_where_the_pool_writes_now_and_draws_its_own_rand
 
 def test_packages_planted_in_the_current_folder_reach_no_worker(tmp_path: Path) -> None:
     """A folder of submissions as the current folder, with a ``jax`` and a ``multiprocessing`` in
-    it: neither the server nor a spawned worker (whose bootstrap imports ran from the current
-    folder first, before PYTHONSAFEPATH) imports them."""
+    it: neither the server nor a spawned worker imports them (multiprocessing starts both with
+    ``python -c``, whose path begins with the current folder, so without ``-P`` a spawned
+    worker's bootstrap imported the ``multiprocessing`` there)."""
     planted = tmp_path / "submissions"
     marker = tmp_path / "PLANTED"
     for name in ("jax", "multiprocessing", "pytest"):
@@ -224,7 +226,7 @@ def test_a_worker_dies_with_the_pools_process_even_by_sigkill(tmp_path: Path, pr
         list(pool.run(hold, [(0, ())]))
     """
     script.write_text(script_text(body, defs), encoding="utf-8")
-    proc = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path)
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, env=BASE_ENV)
     try:
         deadline = time.monotonic() + 120
         while not (pids.exists() and pids.read_text()) and time.monotonic() < deadline:

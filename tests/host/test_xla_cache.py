@@ -553,7 +553,7 @@ def test_pool_workers_keep_their_compilations_only_when_told(tmp_path, monkeypat
     from grader.host.xla_flags import fast_compile_flags
 
     monkeypatch.setenv("JAXGRADE_CACHE_DIR", str(tmp_path))
-    with TrustedPool(1, initializer=_init_worker, initargs=(1, os.getpid(), keep)) as pool:
+    with TrustedPool(1, initializer=_init_worker, initargs=(1, None, keep)) as pool:  # None: the pool's
         [(_, (folder, flags))] = list(pool.run(_compile_in_worker, [("k", ())]))
     trusted = tmp_path / "trusted"
     if keep:
