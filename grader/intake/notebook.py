@@ -499,13 +499,20 @@ def _parsed(sources: list[str]) -> list[tuple[str, ast.Module]]:
     return trees
 
 
+def _top_def(tree: ast.Module) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The function a source defines where its first statement is a ``def``, else None (a source
+    of :func:`definition_sources` holds one top-level definition or assignment)."""
+    top = tree.body[0] if tree.body else None
+    return top if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+
+
 def _maker_called_in_loop(trees: list[tuple[str, ast.Module]], factories: frozenset[str]) -> str:
     """A call, inside a loop of one of the sources' functions, of a function of the sources that
     makes a new jitted function on every call (itself, or through another such function)."""
     functions: dict[str, tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]] = {}
     for src, tree in trees:
-        top = tree.body[0] if tree.body else None
-        if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        top = _top_def(tree)
+        if top is not None:
             functions.setdefault(top.name, (src, top))
     makes: dict[str, str] = {}  # function -> the jit it makes on every call
     for name, (src, func) in functions.items():
@@ -552,8 +559,8 @@ def fresh_jit_in_body(sources: list[str]) -> str:
 
 def _fresh_jit(trees: list[tuple[str, ast.Module]], factories: frozenset[str], *, in_loop: bool) -> str:
     for src, tree in trees:
-        top = tree.body[0] if tree.body else None
-        if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)) and _cached(top):
+        top = _top_def(tree)
+        if top is not None and _cached(top):
             continue  # functools.lru_cache/cache: one jit per argument, not per call
         for func in ast.walk(tree):
             if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
@@ -569,10 +576,8 @@ def _factories(trees: list[tuple[str, ast.Module]]) -> frozenset[str]:
     decorator keeps what they return."""
     found = set()
     for _, tree in trees:
-        top = tree.body[0] if tree.body else None
-        if not isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        if _cached(top):
+        top = _top_def(tree)
+        if top is None or _cached(top):
             continue
         inner = {n.name for n in ast.walk(top) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))} - {top.name}
         for ret in ast.walk(top):
@@ -735,8 +740,8 @@ def _write_events(cells: list[str], key: _Call) -> list[tuple[str, _Call | None]
             continue
         except (RecursionError, MemoryError):
             raise CodeUnreadable(f"the definition of `{name}` is nested too deeply for the grader to read") from None
-        func = tree.body[0] if tree.body else None
-        if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        func = _top_def(tree)
+        if func is not None:
             out += _events_in(src, func, positions)
     return out
 
