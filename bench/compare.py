@@ -24,10 +24,12 @@ Prints the table (wall seconds, seconds per notebook, ratios to nbconvert and to
 from __future__ import annotations
 
 import argparse
+import ctypes
 import datetime as dt
 import importlib.util
 import json
 import os
+import resource
 import shutil
 import signal
 import statistics
@@ -292,6 +294,77 @@ def same_records(verdicts: list[dict[str, Any]], n: int) -> bool:
     for s in sorted(students - set(same)):
         print(f"  differs: {s}: " + ", ".join(str(v[s][:2]) if s in v else "missing" for v in verdicts))
     return len(same) == n and all(len(v) == n for v in verdicts)
+
+
+def subreaper() -> None:
+    """This process reaps its orphaned descendants, so that their CPU time reaches its rusage."""
+    pr_set_child_subreaper = 36
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1)
+
+
+def _reap(timeout: float = 60.0) -> None:
+    """Wait for every descendant left to this process (the fork server ends once its clients do)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            time.sleep(0.05)
+
+
+def tree_cpu(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[subprocess.CompletedProcess, float, float]:
+    """Run ``cmd``; its output, wall seconds, and the CPU seconds of its whole process tree."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.monotonic()
+    done = subprocess.run(cmd, env=env, cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    wall = time.monotonic() - t
+    _reap()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if done.returncode not in (0, 1):
+        sys.exit(f"{' '.join(cmd)} ended with {done.returncode}:\n{done.stderr[-3000:]}")
+    return done, wall, cpu
+
+
+def class_side_by_side(
+    ways: dict[str, dict[str, str]], baseline: str, rounds: int, jobs: int, base_env: dict[str, str], tmp: Path
+) -> int:
+    """``jaxgrade grade --assignment vmap_convolve`` of examples/class each of ``ways`` (extra
+    environment variables), alternating, ``rounds`` times, with a fresh cache home each run (first
+    runs): wall seconds and their ratio to ``baseline``'s, the host side's CPU seconds (the command
+    and every trusted process under it, from the rusage of reaped descendants: call
+    :func:`subreaper` first; not the sandboxes', which end killed in their PID namespace), the
+    sandboxes' own CPU seconds from the records (their cgroups'), and whether every record is the
+    same.  0 where they are."""
+    klass = ROOT / "examples" / "class"
+    runs: dict[str, list[dict]] = {w: [] for w in ways}
+    for i in range(rounds):
+        for j, (way, extra) in enumerate(ways.items()):
+            out, cache = tmp / f"out-{i}-{j}", tmp / f"cache-{i}-{j}"
+            cmd = [sys.executable, "-m", "grader", "--course", str(ROOT), "grade", "--assignment", "vmap_convolve"]
+            cmd += ["--out", str(out), "--jobs", str(jobs), str(klass)]
+            env = {**base_env, **extra, "JAXGRADE_CACHE_DIR": str(cache)}
+            _, wall, cpu = tree_cpu(cmd, env, ROOT)
+            runs[way].append({**class_figures(out), "wall": wall, "tree": cpu})  # its "cpu": the sandboxes
+    n = runs[next(iter(ways))][0]["n"]
+    print(
+        f"\nvmap_convolve, {n} notebooks of examples/class, --jobs {jobs}, first runs (fresh cache homes), "
+        f"{rounds} round(s), alternating"
+    )
+    print(
+        f"{'':<40} {'wall s (each run)':>22} {'mean s':>7} {'host CPU s':>10} {'sandbox CPU s':>13} {'wall vs base':>12}"
+    )
+    base_wall = statistics.mean(r["wall"] for r in runs[baseline])
+    for way, rs in runs.items():
+        walls = " ".join(f"{r['wall']:.1f}" for r in rs)
+        mean = statistics.mean(r["wall"] for r in rs)
+        cpu = statistics.mean(r["tree"] for r in rs)
+        sandbox = statistics.mean(r["cpu"] for r in rs)
+        print(f"{way:<40} {walls:>22} {mean:7.1f} {cpu:10.1f} {sandbox:13.1f} {mean / base_wall:11.2f}x")
+    same = same_records([r["verdicts"] for rs in runs.values() for r in rs], n)
+    return 0 if same else 1
 
 
 def wall_columns(walls: list[float], base: float) -> str:

@@ -30,25 +30,22 @@ Figures only, never asserted.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
-import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from compare import class_figures, same_records  # noqa: E402
+from compare import class_side_by_side, subreaper, tree_cpu  # noqa: E402
 from machine import reading  # noqa: E402
 
-WAYS = {"forked from the fork server (now)": {}, "JAXGRADE_FORKSERVER=0 (baseline)": {"JAXGRADE_FORKSERVER": "0"}}
+BASELINE = "JAXGRADE_FORKSERVER=0 (baseline)"
+WAYS = {"forked from the fork server (now)": {}, BASELINE: {"JAXGRADE_FORKSERVER": "0"}}
 
 POOLS = """
 import json, os, sys, time
@@ -72,37 +69,6 @@ if __name__ == "__main__":
 """
 
 
-def _subreaper() -> None:
-    pr_set_child_subreaper = 36
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1)
-
-
-def _reap(timeout: float = 60.0) -> None:
-    """Wait for every descendant left to this process (the fork server ends once its clients do)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            time.sleep(0.05)
-
-
-def tree_cpu(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[subprocess.CompletedProcess, float, float]:
-    """Run ``cmd``; its output, wall seconds, and the CPU seconds of its whole process tree."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t = time.monotonic()
-    done = subprocess.run(cmd, env=env, cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True, text=True)
-    wall = time.monotonic() - t
-    _reap()
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    if done.returncode not in (0, 1):
-        sys.exit(f"{' '.join(cmd)} ended with {done.returncode}:\n{done.stderr[-3000:]}")
-    return done, wall, cpu
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=3, help="runs of each way for the pools (default 3)")
@@ -110,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=2, help="workers per pool, notebooks at once (default 2)")
     p.add_argument("--class-rounds", type=int, default=3, help="sample-class runs of each way (default 3; 0 skips)")
     args = p.parse_args(argv)
-    _subreaper()
+    subreaper()
     print(reading())
     base_env = {k: v for k, v in os.environ.items() if k not in ("JAXGRADE_FORKSERVER", "PYTHONSAFEPATH")}
 
@@ -132,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             f"one task each that imports what a grading imports; {args.rounds} round(s), alternating"
         )
         print(f"{'workers':<40} {'first pool s':>12} {'next pools s':>12} {'tree CPU s':>10} {'CPU vs base':>11}")
-        base = statistics.mean(r["cpu"] for r in pools["JAXGRADE_FORKSERVER=0 (baseline)"])
+        base = statistics.mean(r["cpu"] for r in pools[BASELINE])
         for way, runs in pools.items():
             first = statistics.mean(r["first"] for r in runs)
             nxt = statistics.mean(r["next"] for r in runs)
@@ -141,33 +107,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.class_rounds <= 0:
             return 0
-        klass = ROOT / "examples" / "class"
-        runs: dict[str, list[dict]] = {w: [] for w in WAYS}
-        for i in range(args.class_rounds):
-            for j, (way, extra) in enumerate(WAYS.items()):
-                out, cache = Path(tmp) / f"out-{i}-{j}", Path(tmp) / f"cache-{i}-{j}"
-                cmd = [sys.executable, "-m", "grader", "--course", str(ROOT), "grade", "--assignment", "vmap_convolve"]
-                cmd += ["--out", str(out), "--jobs", str(args.jobs), str(klass)]
-                env = {**base_env, **extra, "JAXGRADE_CACHE_DIR": str(cache)}
-                _, wall, cpu = tree_cpu(cmd, env, ROOT)
-                runs[way].append({**class_figures(out), "wall": wall, "tree": cpu})  # its "cpu": the sandboxes
-        n = runs[next(iter(WAYS))][0]["n"]
-        print(
-            f"\nvmap_convolve, {n} notebooks of examples/class, --jobs {args.jobs}, first runs (fresh cache homes), "
-            f"{args.class_rounds} round(s), alternating"
-        )
-        print(
-            f"{'workers':<40} {'wall s (each run)':>22} {'mean s':>7} {'host CPU s':>10} {'sandbox CPU s':>13} {'wall vs base':>12}"
-        )
-        base_wall = statistics.mean(r["wall"] for r in runs["JAXGRADE_FORKSERVER=0 (baseline)"])
-        for way, rs in runs.items():
-            walls = " ".join(f"{r['wall']:.1f}" for r in rs)
-            mean = statistics.mean(r["wall"] for r in rs)
-            cpu = statistics.mean(r["tree"] for r in rs)
-            sandbox = statistics.mean(r["cpu"] for r in rs)
-            print(f"{way:<40} {walls:>22} {mean:7.1f} {cpu:10.1f} {sandbox:13.1f} {mean / base_wall:11.2f}x")
-        same = same_records([r["verdicts"] for rs in runs.values() for r in rs], n)
-        return 0 if same else 1
+        return class_side_by_side(WAYS, BASELINE, args.class_rounds, args.jobs, base_env, Path(tmp))
 
 
 if __name__ == "__main__":

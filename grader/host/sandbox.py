@@ -38,7 +38,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from grader.host import cgroups, interrupts
+from grader.host import cgroups, interrupts, zygote
 from grader.host.memory import ARENAS, address_space_allowance, thread_allowance
 from grader.host.xla_cache import MOUNT as XLA_MOUNT
 from grader.host.xla_cache import XlaCache
@@ -360,6 +360,10 @@ class SandboxProcess:
         self.cpu_seconds: float | None = None  # the whole tree's CPU time, once it ended (cgroups)
         self.oom_kills = 0  # processes the OOM killer ended in it
         self.peak_memory: int | None = None  # bytes its tree held at most, once it ended (cgroups)
+        #: a forked evaluator (grader/host/zygote.py): its pidfd and the pipes to it (else the
+        #: process is bubblewrap's, and its stdin and stdout are the pipes)
+        self.forked: tuple[int, int, int] | None = None
+        self.forked_pid: int | None = None  # its host pid
 
     # -- lifecycle
     def start(self) -> None:
@@ -398,13 +402,18 @@ class SandboxProcess:
             except OSError as exc:  # never run a sandbox unbounded where bounds were promised
                 raise SandboxSetupError(f"cannot create the sandbox's cgroup: {exc}") from None
         enter = cgroups.enter_prefix(self.cgroup.procs_files if self.cgroup else [])
+        if self.isolation == "bwrap" and self.module == zygote.EVALUATOR and _runs_as_root() and not zygote.enabled():
+            try:
+                self._start_forked(enter, env, cmd[4:])
+                return
+            except zygote.ZygoteError as exc:  # started plainly below, as where no zygote can be used
+                zygote.turn_off(str(exc))
+                self._undo_forked()
         if self.isolation == "bwrap":
             try:
                 cmd = self._bwrap_prefix(env) + cmd
             except BaseException:
-                for fd in self._fds:
-                    os.close(fd)
-                self._fds = []
+                self._close_data_fds()
                 self._end_cgroup()
                 raise
             kwargs["pass_fds"] = tuple(self._fds)
@@ -431,6 +440,96 @@ class SandboxProcess:
         for fd in self._fds:
             os.close(fd)
         self._fds = []
+
+    def _close_data_fds(self) -> None:
+        for fd in self._fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._fds = []
+
+    def _start_forked(self, enter: list[str], env: dict[str, str], argv: list[str]) -> None:
+        """The sandbox built by bubblewrap around a holder, and the evaluator forked into it by
+        the zygote (grader/host/zygote.py).  Raises :class:`zygote.ZygoteError` where it could not
+        be; what was started is then ended by :meth:`_undo_forked`."""
+        try:
+            cmd = self._bwrap_prefix(env) + zygote.HOLDER
+        except BaseException:
+            self._close_data_fds()
+            self._end_cgroup()
+            raise
+        try:
+            self.proc = subprocess.Popen(
+                enter + cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=open(self.scratch / ".jaxgrade" / "sandbox.log", "ab"),
+                cwd="/",
+                env={"PATH": "/usr/bin:/bin"},
+                start_new_session=True,
+                close_fds=True,
+                pass_fds=tuple(self._fds),
+            )
+        except BaseException:
+            self._close_data_fds()
+            self._end_cgroup()
+            raise
+        self._close_data_fds()
+        assert self.proc.stdout is not None
+        said = _first_line(self.proc.stdout.fileno(), time.monotonic() + 60)
+        if said != b"ready\n":
+            raise zygote.ZygoteError(f"the sandbox around the evaluator did not start (it said {said[:80]!r})")
+        holder = _leaf(self.proc.pid)
+        to_r, to_w = os.pipe()
+        from_r, from_w = os.pipe()
+        log_fd = os.open(self.scratch / ".jaxgrade" / "sandbox.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            pid = zygote.spawn(
+                env,
+                holder=holder,
+                uid=self.uid,
+                procs_files=self.cgroup.procs_files if self.cgroup else [],
+                seccomp=no_userns_filter(),
+                argv=argv,
+                stdin=to_r,
+                stdout=from_w,
+                stderr=log_fd,
+            )
+            try:
+                pidfd = os.pidfd_open(pid)
+            except ProcessLookupError:  # it ended already: recv says so (the pipe is closed)
+                pidfd = os.open(os.devnull, os.O_RDONLY)
+        except BaseException:
+            os.close(to_w)
+            os.close(from_r)
+            raise
+        finally:
+            for fd in (to_r, from_w, log_fd):
+                os.close(fd)
+        self.forked = (pidfd, to_w, from_r)
+        self.forked_pid = pid
+
+    def _undo_forked(self) -> None:
+        """End what :meth:`_start_forked` started, so that the sandbox starts plainly."""
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+            if self.proc.stdout:
+                self.proc.stdout.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
+            self.proc = None
+        if self.cgroup is not None:
+            self.cgroup.kill_all()
+        self._close_forked()
+
+    def _close_forked(self) -> None:
+        if self.forked is not None:
+            for fd in self.forked:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self.forked = None
 
     def _bwrap_prefix(self, env: dict[str, str]) -> list[str]:
         """bwrap arguments; as root: no user namespace, then setpriv to the leased uid."""
@@ -521,16 +620,16 @@ class SandboxProcess:
         return self.proc.pid if self.proc else None
 
     def alive(self) -> bool:
+        if self.forked is not None and _ended(self.forked[0]):
+            return False
         return self.proc is not None and self.proc.poll() is None
 
     def kill(self) -> None:
         """End the sandbox and every process in it."""
         if self.proc is None:  # it never started (start() failed part-way): what it took, given back
             self._end_cgroup()
-            for fd in self._fds:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-            self._fds = []
+            self._close_data_fds()
+            self._close_forked()
             self._uid_lease.release()
             return
         try:
@@ -547,6 +646,9 @@ class SandboxProcess:
                     stream.close()
             except OSError:
                 pass
+        self._close_forked()  # a forked evaluator died with the sandbox's PID namespace
+        if self.forked_pid is not None:  # and is reaped by the zygote: its uid is free only then
+            _wait_reaped(self.forked_pid, self.uid)
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not fail
@@ -568,23 +670,84 @@ class SandboxProcess:
         self.cgroup = None
 
     # -- framed I/O
+    def _pipes(self) -> tuple[int, int]:
+        """(to it, from it)."""
+        if self.forked is not None:
+            return self.forked[1], self.forked[2]
+        assert self.proc is not None and self.proc.stdin is not None and self.proc.stdout is not None
+        return self.proc.stdin.fileno(), self.proc.stdout.fileno()
+
     def send(self, header: dict[str, Any], payload: bytes = b"") -> None:
-        assert self.proc is not None and self.proc.stdin is not None
         try:
-            protocol.write_frame(self.proc.stdin.fileno(), header, payload)
+            protocol.write_frame(self._pipes()[0], header, payload)
         except (BrokenPipeError, OSError) as exc:
             raise protocol.ChannelClosed(f"the sandbox is gone ({exc})") from None
 
     def recv(self, timeout: float, max_payload: int = protocol.MAX_PAYLOAD_BYTES) -> tuple[dict[str, Any], bytes]:
         """The sandbox's next frame, within ``timeout`` seconds; KeyboardInterrupt at once when
         this process's grading is asked to stop (grader/host/interrupts.py), whatever it waits for."""
-        assert self.proc is not None and self.proc.stdout is not None
         return protocol.read_frame(
-            self.proc.stdout.fileno(),
+            self._pipes()[1],
             deadline=time.monotonic() + timeout,
             max_payload=max_payload,
             interrupt=interrupts.fd(),
         )
+
+
+def _first_line(fd: int, deadline: float) -> bytes:
+    """What a process wrote to ``fd`` up to its first newline (at most 64 bytes), by ``deadline``;
+    KeyboardInterrupt at once when this process's grading is asked to stop."""
+    import select
+
+    said = b""
+    while not said.endswith(b"\n") and len(said) < 64:
+        stop = interrupts.fd()
+        ready, _, _ = select.select([fd] if stop is None else [fd, stop], [], [], max(0.0, deadline - time.monotonic()))
+        if stop is not None and stop in ready:
+            raise KeyboardInterrupt
+        if not ready:
+            break
+        chunk = os.read(fd, 1)
+        if not chunk:
+            break
+        said += chunk
+    return said
+
+
+def _wait_reaped(pid: int, uid: int, timeout: float = 5.0) -> None:
+    """Wait until process ``pid`` of ``uid`` is gone from the process table (reaped)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if os.stat(f"/proc/{pid}").st_uid != uid:  # the number is another process's now
+                return
+        except OSError:
+            return
+        time.sleep(0.01)
+    log.warning("the forked evaluator %s was not reaped in %.0f s", pid, timeout)
+
+
+def _ended(pidfd: int) -> bool:
+    """Whether the process of this pidfd has ended (it polls readable then)."""
+    import select
+
+    return bool(select.select([pidfd], [], [], 0)[0])
+
+
+def _leaf(pid: int) -> int:
+    """The last of a line of single children from ``pid``: bubblewrap's sandboxed process (bwrap
+    outside, bwrap as the PID namespace's init, then the command it runs)."""
+    while True:
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as f:
+                children = f.read().split()
+        except OSError as exc:
+            raise zygote.ZygoteError(f"the sandbox's process {pid} is gone ({exc})") from None
+        if not children:
+            return pid
+        if len(children) != 1:
+            raise zygote.ZygoteError(f"the sandbox's process {pid} has {len(children)} children, not one")
+        pid = int(children[0])
 
 
 class UidLease:
