@@ -364,6 +364,7 @@ class SandboxProcess:
         #: process is bubblewrap's, and its stdin and stdout are the pipes)
         self.forked: tuple[int, int, int] | None = None
         self.forked_pid: int | None = None  # its host pid
+        self._zygote: zygote.Zygote | None = None  # the zygote that forked it
 
     # -- lifecycle
     def start(self) -> None:
@@ -452,7 +453,7 @@ class SandboxProcess:
         the zygote (grader/host/zygote.py).  Raises :class:`zygote.ZygoteError` where it could not
         be; what was started is then ended by :meth:`_undo_forked`."""
         try:
-            cmd = self._bwrap_prefix(env) + zygote.HOLDER
+            cmd = self._bwrap_prefix(env, holder=True) + zygote.HOLDER
         except BaseException:
             self._close_data_fds()
             self._end_cgroup()
@@ -479,11 +480,13 @@ class SandboxProcess:
         if said != b"ready\n":
             raise zygote.ZygoteError(f"the sandbox around the evaluator did not start (it said {said[:80]!r})")
         holder = _leaf(self.proc.pid)
+        if os.stat(f"/proc/{holder}").st_uid != 0:  # (a pid that named it, given to another process)
+            raise zygote.ZygoteError(f"the sandbox's holder {holder} is not root's")
         to_r, to_w = os.pipe()
         from_r, from_w = os.pipe()
         log_fd = os.open(self.scratch / ".jaxgrade" / "sandbox.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
-            pid = zygote.spawn(
+            pid, pidfd, self._zygote = zygote.spawn(
                 env,
                 holder=holder,
                 uid=self.uid,
@@ -494,10 +497,6 @@ class SandboxProcess:
                 stdout=from_w,
                 stderr=log_fd,
             )
-            try:
-                pidfd = os.pidfd_open(pid)
-            except ProcessLookupError:  # it ended already: recv says so (the pipe is closed)
-                pidfd = os.open(os.devnull, os.O_RDONLY)
         except BaseException:
             os.close(to_w)
             os.close(from_r)
@@ -531,8 +530,10 @@ class SandboxProcess:
                     os.close(fd)
             self.forked = None
 
-    def _bwrap_prefix(self, env: dict[str, str]) -> list[str]:
-        """bwrap arguments; as root: no user namespace, then setpriv to the leased uid."""
+    def _bwrap_prefix(self, env: dict[str, str], holder: bool = False) -> list[str]:
+        """bwrap arguments; as root: no user namespace, then setpriv to the leased uid (for a
+        zygote's ``holder``: root's uid with no capability, which the forked evaluator, the
+        leased uid, can neither signal nor trace)."""
         bwrap, _ = bwrap_status()
         assert bwrap is not None
         as_root = _runs_as_root()
@@ -599,8 +600,7 @@ class SandboxProcess:
         if as_root:
             args += [
                 "setpriv",
-                f"--reuid={self.uid}",
-                f"--regid={self.uid}",
+                *([] if holder else [f"--reuid={self.uid}", f"--regid={self.uid}"]),
                 "--clear-groups",
                 "--bounding-set=-all",
                 "--inh-caps=-all",
@@ -632,6 +632,8 @@ class SandboxProcess:
             self._close_forked()
             self._uid_lease.release()
             return
+        if self.forked is not None and self._zygote is not None and _ended(self.forked[0]):
+            self._zygote.retired = True  # it ended of itself: its zygote forks no more (grader/host/zygote.py)
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):

@@ -77,9 +77,15 @@ MAX_REQUEST = 1 << 20
 #: Zygotes kept at once by a process (about 150 MB each), the least recently used ended first: a
 #: grading process needs one for its students' evaluators, and one for the trusted warm's.
 KEEP = 2
+#: Evaluators one zygote forks before a new one replaces it.  Every one it forks has its memory's
+#: layout (address randomization, the stack canary, glibc's pointer guard), which a plain one draws
+#: afresh: a replacement bounds what an exploit of XLA could learn from evaluators it crashed.  A
+#: zygote whose evaluator ended of itself (a crash, a limit) is replaced at once.
+FORKS = 32
 
 _lock = threading.Lock()
 _zygotes: dict[tuple[tuple[str, str], ...], Zygote] = {}
+_closed: list[Zygote] = []  # closed, ending once their evaluators have: waited for at exit
 _off = ""  # why the zygote is off for this process ("" while it is not)
 
 
@@ -114,7 +120,12 @@ def turn_off(why: str) -> None:
         _zygotes.clear()
     log.warning("evaluators start plainly from now on: %s", why)
     for z in zygotes:
-        z.close()
+        _close(z)
+
+
+def _close(zygote: Zygote) -> None:
+    zygote.close()
+    _closed.append(zygote)
 
 
 def spawn(
@@ -128,14 +139,15 @@ def spawn(
     stdin: int,
     stdout: int,
     stderr: int,
-) -> int:
+) -> tuple[int, int, Zygote]:
     """Fork an evaluator into the sandbox whose first process is ``holder`` (a host pid); return
-    its host pid.  ``env`` is the sandbox's environment.  Raises :class:`ZygoteError`."""
+    its host pid, a pidfd of it and the zygote that forked it.  ``env`` is the sandbox's
+    environment.  Raises :class:`ZygoteError`."""
     key = tuple(sorted((k, v) for k, v in env.items() if k != "JAXGRADE_SANDBOX"))
     ended = []
     with _lock:
         zygote = _zygotes.pop(key, None)
-        if zygote is not None and not zygote.alive():
+        if zygote is not None and (not zygote.alive() or zygote.retired or zygote.forks >= FORKS):
             ended.append(zygote)
             zygote = None
         if zygote is None:
@@ -147,8 +159,8 @@ def spawn(
         while len(_zygotes) > KEEP:
             ended.append(_zygotes.pop(next(iter(_zygotes))))
     for z in ended:
-        z.close()
-    return zygote.spawn(
+        _close(z)
+    return *zygote.spawn(
         holder=holder,
         uid=uid,
         procs_files=procs_files,
@@ -158,16 +170,17 @@ def spawn(
         stdin=stdin,
         stdout=stdout,
         stderr=stderr,
-    )
+    ), zygote
 
 
 def close_all() -> None:
     """End every zygote of this process (at its exit, too)."""
     with _lock:
-        zygotes = list(_zygotes.values())
+        zygotes = [*_zygotes.values(), *_closed]
         _zygotes.clear()
+        _closed.clear()
     for z in zygotes:
-        z.close()
+        z.end()
 
 
 atexit.register(close_all)
@@ -179,7 +192,8 @@ def _sandbox_layout() -> str:
     the zygote can import no trusted module."""
     from grader.host.sandbox import SANDBOX_INIT, SANDBOX_PACKAGES, grader_package_dir
 
-    top = tempfile.mkdtemp(prefix="jaxgrade-zygote-")  # 0700: ours alone
+    # 0700, ours alone; not named like a sandbox's scratch folder ("jaxgrade-…")
+    top = tempfile.mkdtemp(prefix="jaxgrade.zygote-")
     pkg = Path(top) / "grader"
     pkg.mkdir()
     (pkg / "__init__.py").write_text(SANDBOX_INIT, encoding="utf-8")
@@ -226,6 +240,9 @@ class Zygote:
         theirs.close()
         self.sock = ours
         self._started = False
+        self._serial = 0  # the requests' numbers: an answer must carry its request's
+        self.forks = 0
+        self.retired = False  # no more forks from it (grader/host/sandbox.py retires one whose evaluator died)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -252,53 +269,79 @@ class Zygote:
             raise ZygoteError(f"the zygote did not start: {said.decode(errors='replace').strip() or 'it said nothing'}")
         self._started = True
 
-    def spawn(self, *, holder: int, env: dict[str, str], **request: Any) -> int:
+    def spawn(self, *, holder: int, env: dict[str, str], **request: Any) -> tuple[int, int]:
         with self._lock:
-            return self._spawn(holder, env, request)
+            try:
+                return self._spawn(holder, env, request)
+            finally:
+                self.forks += 1
 
-    def _spawn(self, holder: int, env: dict[str, str], request: dict[str, Any]) -> int:
+    def _spawn(self, holder: int, env: dict[str, str], request: dict[str, Any]) -> tuple[int, int]:
         from grader.host.sandbox import SANDBOX_ROOT
 
-        request |= {"mount": self.mount, "cwd": SANDBOX_ROOT}
-        fds: list[int] = []
+        self._ready()
+        self._serial += 1
+        request |= {"id": self._serial, "mount": self.mount, "cwd": SANDBOX_ROOT}
+        seccomp = request.pop("seccomp")
+        streams = [request.pop("stdin"), request.pop("stdout"), request.pop("stderr")]
+        body = json.dumps({**request, "env": env, "seccomp": seccomp.hex() if seccomp else None}).encode()
+        if len(body) > MAX_REQUEST:
+            raise ZygoteError("the request is too large")
+        held: list[int] = []
         try:
-            self._ready()
-            fds.append(os.pidfd_open(holder))
-            fds.append(os.open(f"/proc/{holder}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
-            # the holder is still the process whose root that is: a pidfd polls readable once it ended
-            if _ended(fds[0]):
+            held.append(os.pidfd_open(holder))
+            held.append(os.open(f"/proc/{holder}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+            # the pid still named the holder when its root was opened: a pidfd polls readable once
+            # its process ended, and a pid is given again only after that
+            if _ended(held[0]):
                 raise ZygoteError("the sandbox ended before its evaluator was forked")
-            fds += [request.pop("stdin"), request.pop("stdout"), request.pop("stderr")]
-            seccomp = request.pop("seccomp")
-            body = json.dumps({**request, "env": env, "seccomp": seccomp.hex() if seccomp else None}).encode()
-            if len(body) > MAX_REQUEST:
-                raise ZygoteError("the request is too large")
-            self.sock.settimeout(60)
-            socket.send_fds(self.sock, [body], fds)
-            answer = self.sock.recv(MAX_REQUEST)
         except OSError as exc:
-            raise ZygoteError(f"the zygote did not answer ({exc})") from None
+            for fd in held:
+                os.close(fd)
+            raise ZygoteError(f"the sandbox's holder is gone ({exc})") from None
+        try:
+            self.sock.settimeout(60)
+            socket.send_fds(self.sock, [body], [*held, *streams])
+            answer, got, _, _ = socket.recv_fds(self.sock, MAX_REQUEST, 1)
+        except BaseException as exc:
+            # an answer not read now would be taken for the next request's: this zygote is done
+            self.close()
+            if isinstance(exc, OSError):
+                raise ZygoteError(f"the zygote did not answer ({exc})") from None
+            raise
         finally:
-            for fd in fds[:2]:
+            for fd in held:
                 os.close(fd)
         try:
             reply = json.loads(answer)
         except ValueError:
-            raise ZygoteError(f"the zygote answered {answer[:100]!r}") from None
-        if not isinstance(reply, dict) or type(reply.get("pid")) is not int:
-            raise ZygoteError(
-                f"the zygote could not fork the evaluator: {reply.get('error') if isinstance(reply, dict) else reply}"
-            )
-        return reply["pid"]
+            reply = None
+        if not isinstance(reply, dict) or reply.get("id") != self._serial:
+            for fd in got:
+                os.close(fd)
+            self.close()
+            raise ZygoteError(f"the zygote answered {answer[:200]!r}")
+        if type(reply.get("pid")) is not int or len(got) != 1:
+            for fd in got:
+                os.close(fd)
+            raise ZygoteError(f"the zygote could not fork the evaluator: {reply.get('error')}")
+        return reply["pid"], got[0]
 
     def close(self) -> None:
+        """No more requests: it ends once the evaluators it forked have (it reaps them)."""
         with contextlib.suppress(OSError):
             self.sock.close()
-        with contextlib.suppress(OSError):
-            self.proc.kill()
-        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-            self.proc.wait(timeout=10)
         self._remove_layout()
+
+    def end(self, timeout: float = 10.0) -> None:
+        """:meth:`close`, and wait for it to end (killed after ``timeout``)."""
+        self.close()
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
 
     def _remove_layout(self) -> None:
         import shutil
@@ -326,9 +369,13 @@ def _check(result: int, what: str) -> None:
 
 
 def _serve(parent: int) -> None:
-    """The zygote's loop: import once, then fork an evaluator for each request on fd 0."""
+    """The zygote's loop: import once, then fork an evaluator for each request on fd 0, until
+    the socket closes or ``parent`` (the trusted process, not the thread that started us, as
+    ``PR_SET_PDEATHSIG`` would watch) ends; then reap what is left and end."""
+    import select
+
     libc = _libc()
-    _check(libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
+    watch = os.pidfd_open(parent)
     if os.getppid() != parent:
         os._exit(1)
     # an evaluator's parent (the child that entered the sandbox) ends at once; the evaluator is
@@ -359,21 +406,43 @@ def _serve(parent: int) -> None:
     gc.freeze()  # what the imports made is never touched by a child's collections (fewer copied pages)
     sock.send(b"ready")
     while True:
+        ready, _, _ = select.select([sock, watch], [], [])
+        if watch in ready:
+            break
         try:
             body, fds, _, _ = socket.recv_fds(sock, MAX_REQUEST, len(FDS))
         except OSError:
-            os._exit(0)
+            break
         if not body:
-            os._exit(0)
+            break
+        pidfd: list[int] = []
+        request: dict[str, Any] = {}
         try:
-            reply = _fork_one(json.loads(body), fds)
+            request = json.loads(body)
+            reply = _fork_one(request, fds)
+            pidfd = [reply.pop("pidfd")]
         except Exception as exc:  # the trusted side starts the evaluator plainly and says why
             reply = {"error": f"{type(exc).__name__}: {exc}"[:500]}
         finally:
             for fd in fds:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        sock.send(json.dumps(reply).encode())
+        reply["id"] = request.get("id") if isinstance(request, dict) else None
+        try:
+            socket.send_fds(sock, [json.dumps(reply).encode()], pidfd)
+        except OSError:
+            break
+        finally:
+            for fd in pidfd:
+                os.close(fd)
+    # the evaluators still running end with their sandboxes: reap them, so that none is left to an
+    # init that may never reap it (a minute at most, then they are the init's)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.alarm(60)
+    with contextlib.suppress(ChildProcessError):
+        while True:
+            os.waitpid(-1, 0)
+    os._exit(0)
 
 
 def _reap(*_: Any) -> None:
@@ -383,35 +452,42 @@ def _reap(*_: Any) -> None:
 
 
 def _fork_one(request: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+    """Fork the child that enters the sandbox; its answer: the evaluator's host pid and a pidfd
+    of it (made by its parent, before anything could reap it: no pid reused in between)."""
     if len(fds) != len(FDS):
         raise ValueError(f"{len(fds)} descriptors, not {len(FDS)}")
-    report_r, report_w = os.pipe()
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     child = os.fork()
-    if child == 0:  # the child: enter the sandbox, fork the evaluator, say its pid, end
+    if child == 0:  # the child: enter the sandbox, fork the evaluator, hand it over, end
         status = 1
         try:
-            os.close(report_r)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the zygote's reaper is not the evaluator's
+            keep = {*fds, theirs.fileno()}
+            for fd in os.listdir("/proc/self/fd"):  # nothing of the zygote's goes on (its socket first)
+                if int(fd) not in keep:
+                    with contextlib.suppress(OSError):
+                        os.close(int(fd))
             pid = _enter(request, dict(zip(FDS, fds)))
-            os.write(report_w, str(pid).encode())
+            pidfd = os.pidfd_open(pid)
+            socket.send_fds(theirs, [str(pid).encode()], [pidfd])
             status = 0
         except BaseException as exc:
             with contextlib.suppress(BaseException):
-                os.write(report_w, f"error {type(exc).__name__}: {exc}".encode()[:500])
+                theirs.send(f"error {type(exc).__name__}: {exc}".encode()[:500])
         finally:
             os._exit(status)
-    os.close(report_w)
+    theirs.close()
     try:
-        said = b""
-        while chunk := os.read(report_r, 600):
-            said += chunk
+        ours.settimeout(60)
+        said, got, _, _ = socket.recv_fds(ours, 600, 1)
     finally:
-        os.close(report_r)
-        with contextlib.suppress(ChildProcessError):  # (reaped by _reap already)
-            os.waitpid(child, 0)
+        ours.close()
     text = said.decode(errors="replace")
-    if not text.isdigit():
+    if not text.isdigit() or len(got) != 1:
+        for fd in got:
+            os.close(fd)
         raise RuntimeError(text.removeprefix("error ") or "the child ended without a word")
-    return {"pid": int(text)}
+    return {"pid": int(text), "pidfd": got[0]}
 
 
 def _enter(request: dict[str, Any], fds: dict[str, int]) -> int:
@@ -442,8 +518,6 @@ def _enter(request: dict[str, Any], fds: dict[str, int]) -> int:
     data = bytes(24)  # effective, permitted, inheritable: none, in both 32-bit halves
     _check(libc.capset(header, data), "capset")
     _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
-    # a process whose uid changed is not dumpable; one that execs (a plain sandbox's) is again
-    _check(libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0), "prctl(DUMPABLE)")
     if request.get("seccomp"):
         program = bytes.fromhex(request["seccomp"])
         buf = ctypes.create_string_buffer(program, len(program))
@@ -467,10 +541,15 @@ def _become(request: dict[str, Any], fds: dict[str, int]) -> int:
     os.dup2(fds["stdout"], 1)
     os.dup2(fds["stderr"], 2)
     os.closerange(3, 1 << 20)
-    # the handlers are a fresh Python's (the zygote installs none); the mask, none blocked
+    # a process whose uid changed is not dumpable (so no process of the sandbox could reach it
+    # while it held the descriptors just closed); one that execs, as a plain sandbox's, is again
+    _check(_libc().prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0), "prctl(DUMPABLE)")
+    # the handlers are a fresh Python's (the zygote's SIGCHLD reaper was reset before the fork);
+    # the mask, none blocked
     signal.pthread_sigmask(signal.SIG_SETMASK, set())
     os.environ.clear()
     os.environ.update(request["env"])
+    os.environ["PWD"] = request["cwd"]  # as bubblewrap's --chdir sets it
     mount = request["mount"]
     sys.path[:] = [mount, *sys.path[1:]]  # the layout's place: where a sandbox finds `grader`
     for name, module in list(sys.modules.items()):
@@ -497,6 +576,6 @@ def _become(request: dict[str, Any], fds: dict[str, int]) -> int:
 if __name__ == "__main__":
     # started by path: its own folder (grader/host, trusted code) is not on sys.path (-P), and a
     # Python without -P drops it here
-    if sys.path and os.path.dirname(os.path.abspath(__file__)) == os.path.abspath(sys.path[0] or "."):
+    if sys.path and os.path.dirname(os.path.realpath(__file__)) == os.path.realpath(sys.path[0] or "."):
         del sys.path[0]
     _serve(int(sys.argv[1]))

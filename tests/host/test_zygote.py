@@ -61,7 +61,23 @@ def _view(pid: int, first: int, uid: int) -> dict:
     status = dict(
         line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":\t" in line
     )
-    view = {k: status[k] for k in ("Groups", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp")}
+    view = {
+        k: status[k]
+        # its signal handlers and mask too: a fresh Python's
+        for k in (
+            "Groups",
+            "CapInh",
+            "CapPrm",
+            "CapEff",
+            "CapBnd",
+            "CapAmb",
+            "NoNewPrivs",
+            "Seccomp",
+            "SigBlk",
+            "SigIgn",
+            "SigCgt",
+        )
+    }
     view["uids"] = status["Uid"].split() == [str(uid)] * 4 and status["Gid"].split() == [str(uid)] * 4
     view["pid namespace depth"] = len(status["NSpid"].split())
     for ns in ("mnt", "pid", "net", "ipc", "uts", "cgroup", "user"):
@@ -145,6 +161,80 @@ def test_an_evaluator_that_ends_is_seen_dead_and_leaves_nothing(zygote_on, monke
     status = Path(f"/proc/{pid}/status")
     assert not status.exists(), status.read_text()[:300]
     assert not sandbox._uid_has_processes(proc.uid)
+    # an evaluator that ended of itself (a crash: maybe an exploit probing the layout every fork
+    # shares) retires its zygote: the next evaluator comes from a new one
+    assert proc._zygote is not None and proc._zygote.retired
+    again, scratch = _start(True, monkeypatch)
+    try:
+        assert again._zygote is not proc._zygote and again._zygote.forks == 1
+    finally:
+        again.kill()
+        remove_scratch(scratch)
+
+
+@needs_zygote
+def test_a_zygote_is_replaced_after_its_forks(zygote_on, monkeypatch) -> None:
+    monkeypatch.setattr(zygote, "FORKS", 2)
+    seen = []
+    for _ in range(3):
+        proc, scratch = _start(True, monkeypatch)
+        seen.append(proc._zygote)
+        proc.kill()
+        remove_scratch(scratch)
+    assert seen[0] is seen[1] and seen[2] is not seen[1]
+
+
+@needs_zygote
+def test_the_holder_is_root_without_capabilities_out_of_the_evaluators_reach(zygote_on, monkeypatch) -> None:
+    """The sandbox's first process is not the evaluator's uid: an evaluator taken over cannot
+    trace it (to run outside its own rlimits) nor signal it."""
+    proc, scratch = _start(True, monkeypatch)
+    try:
+        holder = sandbox._leaf(proc.proc.pid)
+        status = dict(
+            line.split(":\t", 1) for line in Path(f"/proc/{holder}/status").read_text().splitlines() if ":\t" in line
+        )
+        assert status["Uid"].split() == ["0"] * 4, status["Uid"]
+        assert status["CapEff"] == status["CapPrm"] == status["CapBnd"] == "0000000000000000"
+        assert status["NoNewPrivs"] == "1" and status["Seccomp"] == "2"
+        as_evaluator = ["setpriv", f"--reuid={proc.uid}", f"--regid={proc.uid}", "--clear-groups", "--"]
+        signalled = subprocess.run([*as_evaluator, "kill", "-0", str(holder)], capture_output=True, text=True)
+        assert signalled.returncode != 0 and "not permitted" in signalled.stderr, signalled
+    finally:
+        proc.kill()
+        remove_scratch(scratch)
+
+
+@needs_zygote
+def test_an_answer_not_read_is_never_taken_for_the_next_requests(zygote_on, monkeypatch) -> None:
+    """A wait for the zygote's answer cut short (Ctrl-C) ends that zygote: its late answer must
+    not be read as the next request's (another sandbox's evaluator pid)."""
+    import socket as socket_module
+
+    real = socket_module.recv_fds
+    calls = {"n": 0}
+
+    def interrupted_once(sock, *args):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise KeyboardInterrupt
+        return real(sock, *args)
+
+    monkeypatch.setattr(zygote.socket, "recv_fds", interrupted_once)
+    first = SandboxProcess(zygote.EVALUATOR, make_scratch("jaxgrade-eval-"), Limits(), "bwrap")
+    with pytest.raises(KeyboardInterrupt):
+        first.start()
+    first.kill()
+    remove_scratch(first.scratch)
+    proc, scratch = _start(True, monkeypatch)
+    try:
+        first_of_sandbox = sandbox._leaf(proc.proc.pid)
+        ns = os.readlink(f"/proc/{proc.forked_pid}/ns/pid")
+        assert ns == os.readlink(f"/proc/{first_of_sandbox}/ns/pid"), "the pid is not this sandbox's evaluator"
+        assert proc.alive()
+    finally:
+        proc.kill()
+        remove_scratch(scratch)
 
 
 @needs_zygote
