@@ -328,6 +328,15 @@ def tree_cpu(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[subprocess
     return done, wall, cpu
 
 
+def machine_cpu() -> float:
+    """CPU seconds the whole machine has spent so far, every process's (``/proc/stat``: all but
+    idle and I/O wait), to subtract from a later reading: what a run cost, whatever reaped what."""
+    with open("/proc/stat", encoding="ascii") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    busy = sum(fields[:8]) - fields[3] - fields[4]  # user nice system idle iowait irq softirq steal
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
 def class_side_by_side(
     ways: dict[str, dict[str, str]], baseline: str, rounds: int, jobs: int, base_env: dict[str, str], tmp: Path
 ) -> int:
@@ -335,9 +344,11 @@ def class_side_by_side(
     environment variables), alternating, ``rounds`` times, with a fresh cache home each run (first
     runs): wall seconds and their ratio to ``baseline``'s, the host side's CPU seconds (the command
     and every trusted process under it, from the rusage of reaped descendants: call
-    :func:`subreaper` first; not the sandboxes', which end killed in their PID namespace), the
-    sandboxes' own CPU seconds from the records (their cgroups'), and whether every record is the
-    same.  0 where they are."""
+    :func:`subreaper` first; not the sandboxes', which end killed in their PID namespace, but for
+    evaluators a zygote forked and reaped: grader/host/zygote.py), the sandboxes' own CPU seconds
+    from the records (their cgroups'), the whole machine's CPU seconds over the run (the total to
+    read: it counts every process once, whoever reaped it; another job on the machine adds to
+    it), and whether every record is the same.  0 where they are."""
     klass = ROOT / "examples" / "class"
     runs: dict[str, list[dict]] = {w: [] for w in ways}
     for i in range(rounds):
@@ -346,15 +357,19 @@ def class_side_by_side(
             cmd = [sys.executable, "-m", "grader", "--course", str(ROOT), "grade", "--assignment", "vmap_convolve"]
             cmd += ["--out", str(out), "--jobs", str(jobs), str(klass)]
             env = {**base_env, **extra, "JAXGRADE_CACHE_DIR": str(cache)}
+            machine = machine_cpu()
             _, wall, cpu = tree_cpu(cmd, env, ROOT)
-            runs[way].append({**class_figures(out), "wall": wall, "tree": cpu})  # its "cpu": the sandboxes
+            machine = machine_cpu() - machine
+            # its "cpu": the sandboxes'
+            runs[way].append({**class_figures(out), "wall": wall, "tree": cpu, "machine": machine})
     n = runs[next(iter(ways))][0]["n"]
     print(
         f"\nvmap_convolve, {n} notebooks of examples/class, --jobs {jobs}, first runs (fresh cache homes), "
         f"{rounds} round(s), alternating"
     )
     print(
-        f"{'':<40} {'wall s (each run)':>22} {'mean s':>7} {'host CPU s':>10} {'sandbox CPU s':>13} {'wall vs base':>12}"
+        f"{'':<40} {'wall s (each run)':>22} {'mean s':>7} {'host CPU s':>10} {'sandbox CPU s':>13} "
+        f"{'machine CPU s':>13} {'wall vs base':>12}"
     )
     base_wall = statistics.mean(r["wall"] for r in runs[baseline])
     for way, rs in runs.items():
@@ -362,7 +377,10 @@ def class_side_by_side(
         mean = statistics.mean(r["wall"] for r in rs)
         cpu = statistics.mean(r["tree"] for r in rs)
         sandbox = statistics.mean(r["cpu"] for r in rs)
-        print(f"{way:<40} {walls:>22} {mean:7.1f} {cpu:10.1f} {sandbox:13.1f} {mean / base_wall:11.2f}x")
+        machine = statistics.mean(r["machine"] for r in rs)
+        print(
+            f"{way:<40} {walls:>22} {mean:7.1f} {cpu:10.1f} {sandbox:13.1f} {machine:13.1f} {mean / base_wall:11.2f}x"
+        )
     same = same_records([r["verdicts"] for rs in runs.values() for r in rs], n)
     return 0 if same else 1
 

@@ -132,6 +132,7 @@ def spawn(
     env: dict[str, str],
     *,
     holder: int,
+    sandbox: int,
     uid: int,
     procs_files: list[str],
     seccomp: bytes | None,
@@ -140,28 +141,33 @@ def spawn(
     stdout: int,
     stderr: int,
 ) -> tuple[int, int, Zygote]:
-    """Fork an evaluator into the sandbox whose first process is ``holder`` (a host pid); return
+    """Fork an evaluator into the sandbox whose first process is ``holder`` (a host pid, below
+    bubblewrap's ``sandbox``); return
     its host pid, a pidfd of it and the zygote that forked it.  ``env`` is the sandbox's
     environment.  Raises :class:`ZygoteError`."""
     key = tuple(sorted((k, v) for k, v in env.items() if k != "JAXGRADE_SANDBOX"))
     ended = []
-    with _lock:
-        zygote = _zygotes.pop(key, None)
-        if zygote is not None and (not zygote.alive() or zygote.retired or zygote.forks >= FORKS):
-            ended.append(zygote)
-            zygote = None
-        if zygote is None:
-            try:
-                zygote = Zygote(dict(key))
-            except OSError as exc:
-                raise ZygoteError(f"the zygote could not start: {exc}") from None
-        _zygotes[key] = zygote  # the most recently used last
-        while len(_zygotes) > KEEP:
-            ended.append(_zygotes.pop(next(iter(_zygotes))))
-    for z in ended:
-        _close(z)
+    try:
+        with _lock:
+            _closed[:] = [z for z in _closed if z.proc.poll() is None]  # (poll reaps the ended)
+            zygote = _zygotes.pop(key, None)
+            if zygote is not None and (not zygote.alive() or zygote.retired or zygote.forks >= FORKS):
+                ended.append(zygote)
+                zygote = None
+            if zygote is None:
+                try:
+                    zygote = Zygote(dict(key))
+                except Exception as exc:
+                    raise ZygoteError(f"the zygote could not start: {type(exc).__name__}: {exc}") from None
+            _zygotes[key] = zygote  # the most recently used last
+            while len(_zygotes) > KEEP:
+                ended.append(_zygotes.pop(next(iter(_zygotes))))
+    finally:
+        for z in ended:
+            _close(z)
     return *zygote.spawn(
         holder=holder,
+        sandbox=sandbox,
         uid=uid,
         procs_files=procs_files,
         seccomp=seccomp,
@@ -175,12 +181,17 @@ def spawn(
 
 def close_all() -> None:
     """End every zygote of this process (at its exit, too)."""
+    import time
+
     with _lock:
         zygotes = [*_zygotes.values(), *_closed]
         _zygotes.clear()
         _closed.clear()
     for z in zygotes:
-        z.end()
+        z.close()
+    deadline = time.monotonic() + 10
+    for z in zygotes:
+        z.end(max(0.0, deadline - time.monotonic()))
 
 
 atexit.register(close_all)
@@ -248,19 +259,11 @@ class Zygote:
         return self.proc.poll() is None
 
     def _ready(self) -> None:
-        """Wait for its imports (seconds on a slow day); KeyboardInterrupt at once where this
-        process's grading is asked to stop."""
-        import select
-
-        from grader.host import interrupts
-
+        """Wait for its imports (seconds on a slow day)."""
         if self._started:
             return
-        ready, _, _ = select.select([self.sock, interrupts.fd()], [], [], 120)
-        if interrupts.fd() in ready:
-            raise KeyboardInterrupt
         said = b""
-        if self.sock in ready:
+        if _wait_readable(self.sock, 120):
             with contextlib.suppress(OSError):
                 said = self.sock.recv(256)
         if said != b"ready":
@@ -269,14 +272,14 @@ class Zygote:
             raise ZygoteError(f"the zygote did not start: {said.decode(errors='replace').strip() or 'it said nothing'}")
         self._started = True
 
-    def spawn(self, *, holder: int, env: dict[str, str], **request: Any) -> tuple[int, int]:
+    def spawn(self, *, holder: int, sandbox: int, env: dict[str, str], **request: Any) -> tuple[int, int]:
         with self._lock:
             try:
-                return self._spawn(holder, env, request)
+                return self._spawn(holder, sandbox, env, request)
             finally:
                 self.forks += 1
 
-    def _spawn(self, holder: int, env: dict[str, str], request: dict[str, Any]) -> tuple[int, int]:
+    def _spawn(self, holder: int, sandbox: int, env: dict[str, str], request: dict[str, Any]) -> tuple[int, int]:
         from grader.host.sandbox import SANDBOX_ROOT
 
         self._ready()
@@ -291,9 +294,10 @@ class Zygote:
         try:
             held.append(os.pidfd_open(holder))
             held.append(os.open(f"/proc/{holder}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
-            # the pid still named the holder when its root was opened: a pidfd polls readable once
-            # its process ended, and a pid is given again only after that
-            if _ended(held[0]):
+            # the pid named the holder, a process of bubblewrap's (``sandbox``), when both were
+            # opened: it still does (its pidfd polls readable once it ended, and a pid is given
+            # again only after that), and it still descends from bubblewrap
+            if not _descends(holder, sandbox) or ended(held[0]):
                 raise ZygoteError("the sandbox ended before its evaluator was forked")
         except OSError as exc:
             for fd in held:
@@ -302,6 +306,7 @@ class Zygote:
         try:
             self.sock.settimeout(60)
             socket.send_fds(self.sock, [body], [*held, *streams])
+            _wait_readable(self.sock, 60)
             answer, got, _, _ = socket.recv_fds(self.sock, MAX_REQUEST, 1)
         except BaseException as exc:
             # an answer not read now would be taken for the next request's: this zygote is done
@@ -329,6 +334,7 @@ class Zygote:
 
     def close(self) -> None:
         """No more requests: it ends once the evaluators it forked have (it reaps them)."""
+        self.retired = True
         with contextlib.suppress(OSError):
             self.sock.close()
         self._remove_layout()
@@ -349,10 +355,42 @@ class Zygote:
         shutil.rmtree(self._layout, ignore_errors=True)
 
 
-def _ended(pidfd: int) -> bool:
+def ended(pidfd: int) -> bool:
+    """Whether the process of this pidfd has ended (it polls readable then)."""
     import select
 
-    return bool(select.select([pidfd], [], [], 0)[0])
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(0))
+
+
+def _wait_readable(sock: socket.socket, timeout: float) -> bool:
+    """Whether ``sock`` has something to read within ``timeout`` seconds; KeyboardInterrupt at
+    once where this process's grading is asked to stop (grader/host/interrupts.py)."""
+    import select
+
+    from grader.host import interrupts
+
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    poller.register(interrupts.fd(), select.POLLIN)
+    ready = {fd for fd, _ in poller.poll(timeout * 1000)}
+    if interrupts.fd() in ready:
+        raise KeyboardInterrupt
+    return sock.fileno() in ready
+
+
+def _descends(pid: int, ancestor: int, depth: int = 4) -> bool:
+    """Whether ``ancestor`` is among the first ``depth`` ancestors of ``pid``."""
+    for _ in range(depth):
+        try:
+            with open(f"/proc/{pid}/status", encoding="ascii") as f:
+                pid = int(next(line.split()[1] for line in f if line.startswith("PPid:")))
+        except (OSError, StopIteration, ValueError):
+            return False
+        if pid == ancestor:
+            return True
+    return False
 
 
 # --------------------------------------------------------------------------- the zygote
