@@ -338,9 +338,15 @@ def machine_cpu() -> float:
 
 
 def class_side_by_side(
-    ways: dict[str, dict[str, str]], baseline: str, rounds: int, jobs: int, base_env: dict[str, str], tmp: Path
+    ways: dict[str, dict[str, str]],
+    baseline: str,
+    rounds: int,
+    jobs: int,
+    base_env: dict[str, str],
+    tmp: Path,
+    klass: Path = CLASS,
 ) -> int:
-    """``jaxgrade grade --assignment vmap_convolve`` of examples/class each of ``ways`` (extra
+    """``jaxgrade grade --assignment vmap_convolve`` of ``klass`` (examples/class) each of ``ways`` (extra
     environment variables), alternating, ``rounds`` times, with a fresh cache home each run (first
     runs): wall seconds and their ratio to ``baseline``'s, the host side's CPU seconds (the command
     and every trusted process under it, from the rusage of reaped descendants: call
@@ -349,7 +355,6 @@ def class_side_by_side(
     from the records (their cgroups'), the whole machine's CPU seconds over the run (the total to
     read: it counts every process once, whoever reaped it; another job on the machine adds to
     it), and whether every record is the same.  0 where they are."""
-    klass = ROOT / "examples" / "class"
     runs: dict[str, list[dict]] = {w: [] for w in ways}
     for i in range(rounds):
         for j, (way, extra) in enumerate(ways.items()):
@@ -364,7 +369,7 @@ def class_side_by_side(
             runs[way].append({**class_figures(out), "wall": wall, "tree": cpu, "machine": machine})
     n = runs[next(iter(ways))][0]["n"]
     print(
-        f"\nvmap_convolve, {n} notebooks of examples/class, --jobs {jobs}, first runs (fresh cache homes), "
+        f"\nvmap_convolve, {n} notebooks of {klass.relative_to(ROOT)}, --jobs {jobs}, first runs (fresh cache homes), "
         f"{rounds} round(s), alternating"
     )
     print(

@@ -11,10 +11,12 @@ machine's drift falls on both:
    Printed: the wall seconds of the first start and of the next ones (mean), the sandboxes' CPU
    seconds per start (their cgroups'), and the CPU seconds of the Python and its zygote (the
    rusage of its reaped descendants).
-2. **The sample class** (``--class-rounds``, 0 to skip): ``jaxgrade grade --assignment
-   vmap_convolve --jobs J examples/class`` with a fresh cache home each run (first runs: an
-   evaluator starts for every student whose modules the evaluator cache does not hold yet), as
-   ``bench/pool_start.py`` prints it.
+2. **A class** (``--class-rounds``, 0 to skip): ``jaxgrade grade --assignment vmap_convolve
+   --jobs J FOLDER`` (``--class-folder``, the sample class by default) with a fresh cache home
+   each run (first runs: an evaluator starts for every student whose modules the evaluator cache
+   does not hold yet), as ``bench/pool_start.py`` prints it, with the machine's CPU seconds over
+   each run: the total to read, since a forked evaluator's CPU reaches the host side's rusage
+   through the zygote that reaps it, besides its cgroup's.
 
     sudo python bench/zygote.py                      # 3 rounds of each
     sudo python bench/zygote.py --starts 8 --class-rounds 0
@@ -71,6 +73,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--starts", type=int, default=6, help="evaluators started in a row in one Python (default 6)")
     p.add_argument("--jobs", type=int, default=2, help="notebooks at once in the sample class (default 2)")
     p.add_argument("--class-rounds", type=int, default=3, help="sample-class runs of each way (default 3; 0 skips)")
+    p.add_argument(
+        "--class-folder",
+        type=Path,
+        default=ROOT / "examples" / "class",
+        help="vmap_convolve notebooks to grade (default examples/class, whose six students make only four or five "
+        "evaluators start: the evaluator cache answers the others; a class of distinct students: the notebooks of "
+        "tests/corpus/vmap_convolve but infinite_loop_after_defs.ipynb, which waits out a 60 s cell)",
+    )
     args = p.parse_args(argv)
     if os.geteuid() != 0:
         sys.exit("the zygote works as root only: run this as root")
@@ -121,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.class_rounds <= 0:
             return 0
-        return class_side_by_side(WAYS, BASELINE, args.class_rounds, args.jobs, base_env, Path(tmp))
+        folder = args.class_folder.resolve()
+        return class_side_by_side(WAYS, BASELINE, args.class_rounds, args.jobs, base_env, Path(tmp), folder)
 
 
 if __name__ == "__main__":

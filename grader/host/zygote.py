@@ -1,35 +1,42 @@
 """Evaluators forked from a process that imported JAX once, into sandboxes that bubblewrap made.
 
 Every evaluator sandbox used to start a Python that imported JAX before its first answer: about
-0.5 to 1.1 CPU s (this machine, depending on the day) of every submission whose modules the
-evaluator cache did not hold.  Here a *zygote*, a trusted process that imported the evaluator and
-JAX once (and never starts a JAX backend), forks each evaluator instead:
+0.9 CPU s on this machine (0.5 to 1.1 depending on the day) for every submission whose modules
+the evaluator cache did not hold.  Here a *zygote*, a trusted process that imported the evaluator
+and JAX once (and never starts a JAX backend), forks each evaluator instead:
 
 1. The trusted side starts the sandbox with bubblewrap exactly as for a plain evaluator (the same
-   namespaces, mounts, seccomp program, cgroup and leased uid), but with a *holder* in it, a shell
-   that says it is ready and then sleeps, in place of ``python -m grader.sandboxed.evaluator``.
+   namespaces, mounts, seccomp program and cgroup), but with a *holder* in it in place of
+   ``python -m grader.sandboxed.evaluator``: a shell that says it is ready, then sleeps, as root's
+   uid with no capability (so that the evaluator, the leased uid, can neither trace nor signal it).
 2. It hands the zygote, over a socket, a pidfd of the holder and the holder's root directory (so
    the zygote never looks a path up in the sandbox), the protocol pipes and the log file, the
    leased uid, the sandbox's cgroup, its seccomp program, environment and command line.
-3. The zygote forks a child, which joins the cgroup, enters the holder's mount, PID, network,
-   IPC, UTS and cgroup namespaces and its root, gives up root as ``setpriv`` does for a plain
-   sandbox (no groups, the leased uid and gid, no capabilities in any set, an empty bounding
-   set, ``no_new_privs``), installs the same seccomp program and forks the evaluator, which is
-   then inside the sandbox's PID namespace.  It closes every other file descriptor, takes the
-   sandbox's environment and runs :func:`grader.sandboxed.evaluator.main` as ``python -m`` would.
+3. The zygote forks a child, which closes the zygote's descriptors, joins the cgroup, enters the
+   holder's mount, PID, network, IPC, UTS and cgroup namespaces and its root, gives up root as
+   ``setpriv`` does for a plain sandbox (no groups, the leased uid and gid, no capabilities in any
+   set, an empty bounding set, ``no_new_privs``), installs the same seccomp program and forks the
+   evaluator, which is then inside the sandbox's PID namespace, and hands a pidfd of it back.
+   The evaluator closes every descriptor but its pipes and log, becomes dumpable (as a process
+   that execs is), takes the sandbox's environment and runs
+   :func:`grader.sandboxed.evaluator.main` as ``python -m`` would.  Its parent ends at once; the
+   zygote, a child subreaper, reaps it.
 
 What the evaluator sees is what a plain one sees: ``tests/host/test_zygote.py`` compares the
-two, item by item (credentials, capabilities, seccomp, namespaces, root, file descriptors,
-environment, limits, the module path).  What differs: its memory holds the zygote's imports (no
+two, item by item (credentials, capabilities, seccomp, signal handlers, namespaces, root, file
+descriptors, limits, cgroup, OOM score).  What differs: its memory holds the zygote's imports (no
 trusted module: the zygote imports only what a sandbox may, from a ``grader`` package laid out as
-in a sandbox), its command line is the zygote's, and its string hash seed and the random state
-of ``random`` are the zygote's until it reseeds them (it does: :func:`_become`).
+in a sandbox), its command line and initial environment block are the zygote's, its string hash
+seed is the zygote's (``random`` and NumPy are reseeded), the pages it shares with the zygote
+are charged to the trusted side's cgroup, and its memory layout is every sibling's: a zygote is
+replaced after :data:`FORKS` evaluators, and at once where one ended of itself (SECURITY.md).
 
 Only where it can work is it used: as root under bubblewrap, on Linux with ``pidfd_open`` and
 ``setns`` on a pidfd (5.8), and with ``JAXGRADE_ZYGOTE`` not ``0``.  A zygote that fails to start
-or to fork is turned off for the process and the evaluator is started plainly, as before.  The
-zygote is one per trusted process and sandbox environment (the JAX settings read at import), and
-dies with the process that started it.
+or to fork is turned off for the process, and evaluators start plainly, as before.  There is one
+per trusted process and sandbox environment (the JAX settings are read at import), at most
+:data:`KEEP`; a closed one ends once its evaluators have, and one whose process ended reaps what
+is left (for a minute at most) and ends.
 """
 
 from __future__ import annotations
