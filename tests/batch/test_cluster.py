@@ -136,10 +136,23 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _sandboxes(pid: int) -> list[int]:
+    """``pid``'s children but its zygote (grader/host/zygote.py, which lives from its first
+    evaluator on): the sandboxes it runs now."""
+    found = []
+    for child in _children(pid):
+        try:
+            if b"grader/host/zygote.py" not in Path(f"/proc/{child}/cmdline").read_bytes():
+                found.append(child)
+        except OSError:
+            pass
+    return found
+
+
 def _grading(worker: int) -> int | None:
     """The trusted process (``python -m grader.batch.cluster``) of a Dask worker, while it has a sandbox."""
     for child in _children(worker):
-        with_sandbox = bool(_children(child))
+        with_sandbox = bool(_sandboxes(child))
         try:
             if with_sandbox and b"grader.batch.cluster" in Path(f"/proc/{child}/cmdline").read_bytes():
                 return child
@@ -231,7 +244,7 @@ def test_a_batch_stopped_early_stops_the_notebooks_being_graded_too(
             grading.extend(c for pid in pids.values() if (c := _grading(pid)))
             time.sleep(0.1)
         if grading:
-            sandbox.extend(_children(grading[0]))
+            sandbox.extend(_sandboxes(grading[0]))
             scratch.extend(_scratch_of(grading[0]))
         raise KeyboardInterrupt
 
@@ -285,7 +298,7 @@ def test_a_coordinator_killed_mid_batch_stops_the_notebooks_being_graded(
             time.sleep(0.1)
         assert grading is not None, f"s0_long's grading process was not found: {log.read_text()}"
         time.sleep(1)  # into the long cell
-        sandbox, scratch = _children(grading), _scratch_of(grading)
+        sandbox, scratch = _sandboxes(grading), _scratch_of(grading)
         assert sandbox and scratch, "s0_long's sandbox and its scratch folder were not found"
         coordinator.kill()
         coordinator.wait(timeout=10)

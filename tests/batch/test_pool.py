@@ -289,13 +289,15 @@ SLEEPY = "import time\ntime.sleep(12)\ndef double(x):\n    return 2 * x"
 
 def trusted_workers(tag: str) -> list[int]:
     """The batch's trusted grading processes (pool workers, spawned or forked from the fork
-    server) that have started a sandbox: not the fork server, whose children are the workers."""
+    server) that have started a sandbox: not the fork server, whose children are the workers, and
+    not counting a worker's evaluator zygote (grader/host/zygote.py), which outlives its sandboxes."""
     out = []
     for pid in procs_with(tag):
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
             children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-            sandboxes = [c for c in children if b"multiprocessing" not in Path(f"/proc/{c}/cmdline").read_bytes()]
+            kinds = [Path(f"/proc/{c}/cmdline").read_bytes() for c in children]
+            sandboxes = [k for k in kinds if b"multiprocessing" not in k and b"grader/host/zygote.py" not in k]
         except OSError:
             continue
         if b"multiprocessing" in cmdline and sandboxes:
