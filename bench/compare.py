@@ -369,7 +369,7 @@ def class_side_by_side(
             runs[way].append({**class_figures(out), "wall": wall, "tree": cpu, "machine": machine})
     n = runs[next(iter(ways))][0]["n"]
     print(
-        f"\nvmap_convolve, {n} notebooks of {klass.relative_to(ROOT)}, --jobs {jobs}, first runs (fresh cache homes), "
+        f"\nvmap_convolve, {n} notebooks of {klass.relative_to(ROOT) if klass.is_relative_to(ROOT) else klass}, --jobs {jobs}, first runs (fresh cache homes), "
         f"{rounds} round(s), alternating"
     )
     print(
