@@ -281,7 +281,7 @@ def test_the_zygote_dies_with_the_process_that_started_it(tmp_path: Path) -> Non
             p.start()
             p.recv(120)
             z = next(iter(zygote._zygotes.values()))
-            print(z.proc.pid, p.forked_pid, flush=True)
+            print(z.proc.pid, p.forked_pid, z._layout, flush=True)
             time.sleep(600)
             """
         )
@@ -290,8 +290,9 @@ def test_the_zygote_dies_with_the_process_that_started_it(tmp_path: Path) -> Non
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
     try:
         line = proc.stdout.readline().split()
-        assert len(line) == 2 and line[1] != "None", line
-        zygote_pid, evaluator_pid = map(int, line)
+        assert len(line) == 3 and line[1] != "None", line
+        zygote_pid, evaluator_pid = map(int, line[:2])
+        layout = Path(line[2])
     finally:
         proc.kill()
         proc.wait()
@@ -300,6 +301,8 @@ def test_the_zygote_dies_with_the_process_that_started_it(tmp_path: Path) -> Non
         time.sleep(0.05)
     assert not Path(f"/proc/{zygote_pid}").exists(), "the zygote outlived its process"
     assert not Path(f"/proc/{evaluator_pid}").exists(), "the evaluator outlived its process"
+    # its package folder is gone too, though the process was killed before any cleanup of its own
+    assert not layout.exists(), f"the zygote's folder {layout} was left behind"
 
 
 def test_no_zygote_where_it_cannot_work(monkeypatch) -> None:
